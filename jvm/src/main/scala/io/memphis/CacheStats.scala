@@ -1,0 +1,32 @@
+package io.memphis
+
+import java.util.concurrent.atomic.AtomicLong
+
+/** The decisions and holdings of a [[LineageCache]], as named counters safe to bump from any thread. */
+final class CacheStats {
+  import CacheStats.Counter
+
+  private val values: Map[Counter.Value, AtomicLong] = Counter.values.toSeq.map(_ -> new AtomicLong).toMap
+
+  def add(counter: Counter.Value, delta: Long = 1L): Unit = values(counter).addAndGet(delta)
+
+  def get(counter: Counter.Value): Long = values(counter).get
+
+  /** Every counter by name, in declaration order. */
+  def snapshot: Seq[(String, Long)] = Counter.values.toSeq.map(c => c.toString -> values(c).get)
+}
+
+object CacheStats {
+  /** Names are the public ones: SQL `memphis_stats()` rows and `memphis.stats()` keys. */
+  object Counter extends Enumeration {
+    val Hits = Value("hits")
+    val Misses = Value("misses")
+    val Persisted = Value("persisted")
+    val Materialized = Value("materialized")
+    val Evicted = Value("evicted")
+    val Invalidated = Value("invalidated")
+    val Refused = Value("refused")
+    val BytesHeld = Value("bytes_held")
+    val ComputeSavedMs = Value("compute_saved_ms")
+  }
+}

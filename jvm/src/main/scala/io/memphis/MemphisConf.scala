@@ -1,0 +1,75 @@
+package io.memphis
+
+import java.util.Locale
+
+import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.memphis.SparkShim
+
+/**
+ * Every `spark.memphis.*` key: its default, what values are allowed, what it means. Values are
+ * validated twice, by the same rules: the SparkConf when a session starts (unknown keys too), and
+ * each `spark.conf.set` at run time (through SQLConf registration).
+ */
+object MemphisConf {
+  val Prefix = "spark.memphis."
+
+  final case class Entry[T](key: String, default: String, allowed: String, doc: String)(
+      val parse: String => Option[T]) {
+    /** The value in this session's conf; a value that slipped past validation counts as the default. */
+    def get(conf: SQLConf): T = parse(conf.getConfString(key, default)).getOrElse(parse(default).get)
+  }
+
+  val Enabled: Entry[Boolean] = Entry(
+    Prefix + "enabled", "true", "a boolean (true or false)",
+    "Turns every memphis rule on or off for the session; false is the plain-Spark baseline.")(
+    v => v.trim.toLowerCase(Locale.ROOT) match {
+      case "true" => Some(true)
+      case "false" => Some(false)
+      case _ => None
+    })
+
+  val StorageFraction: Entry[Double] = Entry(
+    Prefix + "storage.fraction", "0.7", "a number greater than 0 and at most 1",
+    "Share of the executors' storage memory that memphis may fill with cached subplans.")(
+    v => v.trim.toDoubleOption.filter(f => f > 0 && f <= 1))
+
+  val StorageMaxBytes: Entry[Long] = Entry(
+    Prefix + "storage.maxBytes", "0", "a byte size such as 0, 512m or 4g (0 means no cap)",
+    "Upper bound on the bytes memphis keeps in Spark storage, on top of storage.fraction.")(
+    parseBytes)
+
+  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes)
+  private val byKey = All.map(e => e.key -> e).toMap
+
+  All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))
+
+  /** Forces the SQLConf registration above; call before a session reads or sets memphis keys. */
+  def register(): Unit = ()
+
+  /** The problem with one `spark.memphis.*` setting, if any. */
+  def problem(key: String, value: String): Option[String] = byKey.get(key) match {
+    case Some(e) if e.parse(value).isEmpty => Some(s"$key=$value is not allowed: expected ${e.allowed}")
+    case Some(_) => None
+    case None => Some(s"$key=$value: unknown memphis key; known keys: ${All.map(_.key).mkString(", ")}")
+  }
+
+  /** Fails with every problem in `settings` (other keys are ignored), naming key, value and what is allowed. */
+  def validate(settings: Iterable[(String, String)]): Unit = {
+    val problems = settings.toSeq.sortBy(_._1).collect {
+      case (k, v) if k.startsWith(Prefix) => problem(k, v)
+    }.flatten
+    if (problems.nonEmpty) {
+      throw new IllegalArgumentException(s"Invalid memphis configuration: ${problems.mkString("; ")}. " +
+        "A SparkContext keeps the conf it started with: stop it before retrying with other values.")
+    }
+  }
+
+  private val ByteSize = """(?i)\s*(\d+)\s*([kmgtp]?)b?\s*""".r
+
+  def parseBytes(v: String): Option[Long] = v match {
+    case ByteSize(n, unit) =>
+      val shift = "kmgtp".indexOf(unit.toLowerCase(Locale.ROOT)) + 1
+      n.toLongOption.filter(x => shift == 0 || x <= (Long.MaxValue >> (10 * shift))).map(_ << (10 * shift))
+    case _ => None
+  }
+}

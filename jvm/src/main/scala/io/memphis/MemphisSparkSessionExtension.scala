@@ -1,0 +1,20 @@
+package io.memphis
+
+import org.apache.spark.sql.SparkSessionExtensions
+import org.apache.spark.sql.memphis.SparkShim
+
+/**
+ * Entry point named by `spark.sql.extensions=io.memphis.MemphisSparkSessionExtension`. It only
+ * checks that it may run and registers; the behaviour lives in the registered pieces.
+ *
+ * Spark applies it while a session is created, after the SparkContext has started, so a bad
+ * `spark.memphis.*` value or an unsupported Spark version stops the session from starting.
+ */
+class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
+  override def apply(extensions: SparkSessionExtensions): Unit = {
+    SparkShim.unsupportedSparkReason().foreach(reason => throw new IllegalStateException(reason))
+    MemphisConf.register()
+    SparkShim.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll))
+    extensions.injectTableFunction(MemphisStatsFunction.description)
+  }
+}

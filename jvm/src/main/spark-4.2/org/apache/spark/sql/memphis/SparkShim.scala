@@ -1,0 +1,48 @@
+package org.apache.spark.sql.memphis
+
+import org.apache.spark.{SPARK_VERSION, SparkContext, SparkEnv}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.Attribute
+import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
+import org.apache.spark.sql.internal.SQLConf
+
+/**
+ * Everything memphis needs from Spark internals that change between minor versions, for Spark 4.2.
+ * It sits in Spark's package because some of it is `private[spark]`. A build for another Spark
+ * version swaps this folder (`jvm/src/main/spark-<version>`), nothing else.
+ */
+object SparkShim {
+  /** The Spark minor version this folder is written against. */
+  val SupportedSparkMinor = "4.2"
+
+  /** Why the running Spark cannot host this build, if it cannot. */
+  def unsupportedSparkReason(version: String = SPARK_VERSION): Option[String] =
+    if (version == SupportedSparkMinor || version.startsWith(SupportedSparkMinor + ".")) None
+    else Some(s"memphis is built for Spark $SupportedSparkMinor.x but this is Spark $version; " +
+      s"use Spark $SupportedSparkMinor (pyspark==$SupportedSparkMinor.0) or a memphis build for Spark $version")
+
+  /** The running SparkContext; extensions are applied after it starts. */
+  def activeSparkContext: Option[SparkContext] = SparkContext.getActive
+
+  /**
+   * Registers a string-valued SQL conf, so that `spark.conf.set` rejects a bad value on the spot
+   * and `SET -v` lists the key with its doc.
+   */
+  def registerSqlConf(key: String, default: String, doc: String, isValid: String => Boolean,
+      allowed: String): Unit =
+    SQLConf.buildConf(key).doc(doc).version("memphis 0.1.0").stringConf
+      .checkValue(isValid, s"Allowed: $allowed.").createWithDefault(default)
+
+  /** Host and port of the driver's block manager, to tell driver storage from executors'. */
+  def driverBlockManagerHostPort: Option[(String, Int)] =
+    Option(SparkEnv.get).map(env => (env.blockManager.blockManagerId.host,
+      env.blockManager.blockManagerId.port))
+
+  /** The session's own SQLConf (the API-level SparkSession does not expose it in Spark 4). */
+  def sqlConf(session: SparkSession): SQLConf =
+    session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState.conf
+
+  def localRelation(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
+    LocalRelation(output, rows)
+}

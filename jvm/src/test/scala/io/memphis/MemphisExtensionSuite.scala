@@ -1,0 +1,105 @@
+package io.memphis
+
+import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
+import org.apache.spark.sql.catalyst.FunctionIdentifier
+import org.apache.spark.sql.catalyst.expressions.{ExpressionInfo, Literal}
+import org.apache.spark.sql.memphis.SparkShim
+import org.scalatest.BeforeAndAfterEach
+import org.scalatest.funsuite.AnyFunSuite
+
+/** Another extension, to check that memphis keeps what else `spark.sql.extensions` names. */
+class OtherTestExtension extends (SparkSessionExtensions => Unit) {
+  override def apply(e: SparkSessionExtensions): Unit =
+    e.injectFunction((FunctionIdentifier("other_extension_fn"),
+      new ExpressionInfo(classOf[OtherTestExtension].getName, "other_extension_fn"), _ => Literal(42)))
+}
+
+class MemphisExtensionSuite extends AnyFunSuite with BeforeAndAfterEach {
+  private val Extension = classOf[MemphisSparkSessionExtension].getName
+
+  private def newSession(confs: (String, String)*): SparkSession = {
+    val builder = SparkSession.builder().master("local[2]").appName("memphis-test")
+      .config("spark.ui.enabled", "false")
+      .config("spark.driver.host", "127.0.0.1")
+      .config("spark.sql.shuffle.partitions", "4")
+      .config("spark.sql.extensions", Extension)
+    confs.foldLeft(builder) { case (b, (k, v)) => b.config(k, v) }.getOrCreate()
+  }
+
+  override def afterEach(): Unit = {
+    SparkSession.getActiveSession.foreach(_.stop())
+    SparkSession.getDefaultSession.foreach(_.stop())
+    SparkSession.clearActiveSession()
+    SparkSession.clearDefaultSession()
+    SparkShim.activeSparkContext.foreach(_.stop()) // left running by a session that failed to start
+  }
+
+  private def statsBySql(spark: SparkSession): Map[String, Long] =
+    spark.sql("SELECT name, value FROM memphis_stats()").collect()
+      .map(r => r.getString(0) -> r.getLong(1)).toMap
+
+  test("memphis_stats() answers from SQL and the Python facade alike") {
+    val spark = newSession()
+    val bySql = statsBySql(spark)
+    assert(bySql.keySet == CacheStats.Counter.values.map(_.toString).toSet + "storage_budget_bytes")
+    assert(CacheStats.Counter.values.toSeq.forall(c => bySql(c.toString) == 0L))
+    assert(bySql("storage_budget_bytes") > 0L)
+    val json = PythonFacade.statsJson(spark)
+    bySql.foreach { case (k, v) => assert(json.contains(s""""$k": $v"""), json) }
+  }
+
+  test("counters bumped on the JVM cache show in memphis_stats()") {
+    val spark = newSession()
+    val cache = LineageCache.forContext(spark.sparkContext)
+    cache.stats.add(CacheStats.Counter.Hits, 3)
+    assert(statsBySql(spark)("hits") == 3L)
+    assert(LineageCache.forContext(spark.sparkContext) eq cache)
+  }
+
+  test("memphis_stats() rejects arguments") {
+    val spark = newSession()
+    val e = intercept[Exception](spark.sql("SELECT * FROM memphis_stats(1)").collect())
+    assert(e.getMessage.contains("takes no arguments"))
+  }
+
+  test("the storage budget follows storage.fraction and storage.maxBytes") {
+    val spark = newSession()
+    val full = { spark.conf.set("spark.memphis.storage.fraction", "1"); statsBySql(spark)("storage_budget_bytes") }
+    spark.conf.set("spark.memphis.storage.fraction", "0.5")
+    assert(statsBySql(spark)("storage_budget_bytes") == (full * 0.5).toLong)
+    spark.conf.set("spark.memphis.storage.maxBytes", "1m")
+    assert(statsBySql(spark)("storage_budget_bytes") == (1L << 20))
+  }
+
+  test("a bad spark.memphis value stops the session from starting") {
+    val e = intercept[IllegalArgumentException](newSession("spark.memphis.storage.fraction" -> "1.5"))
+    assert(e.getMessage.contains("spark.memphis.storage.fraction=1.5"))
+    assert(e.getMessage.contains("greater than 0 and at most 1"))
+  }
+
+  test("an unknown spark.memphis key stops the session from starting") {
+    val e = intercept[IllegalArgumentException](newSession("spark.memphis.enable" -> "false"))
+    assert(e.getMessage.contains("unknown memphis key"))
+  }
+
+  test("spark.conf.set rejects a bad value at run time and keeps the old one") {
+    val spark = newSession()
+    val e = intercept[IllegalArgumentException](spark.conf.set("spark.memphis.enabled", "maybe"))
+    assert(e.getMessage.contains("spark.memphis.enabled") && e.getMessage.contains("maybe"))
+    assert(e.getMessage.contains("a boolean (true or false)"))
+    assert(spark.conf.get("spark.memphis.enabled") == "true")
+  }
+
+  test("other extensions named in spark.sql.extensions keep working") {
+    val spark = newSession("spark.sql.extensions" -> s"${classOf[OtherTestExtension].getName},$Extension")
+    assert(spark.sql("SELECT other_extension_fn()").head().getInt(0) == 42)
+    assert(statsBySql(spark).contains("hits"))
+  }
+
+  test("only Spark 4.2 is accepted") {
+    assert(SparkShim.unsupportedSparkReason("4.2.0").isEmpty)
+    assert(SparkShim.unsupportedSparkReason("4.2.1").isEmpty)
+    assert(SparkShim.unsupportedSparkReason("4.3.0").exists(_.contains("built for Spark 4.2.x")))
+    assert(SparkShim.unsupportedSparkReason("4.20.0").nonEmpty)
+  }
+}
