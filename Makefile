@@ -1,0 +1,50 @@
+# `make demo` and `make test` set up everything they need on a fresh machine (a venv with pinned
+# Python deps, the Maven build of the jar) and reuse what is already there.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+JAR_DIR := python/memphis/jars
+JVM_SOURCES := jvm/pom.xml $(shell find jvm/src -type f 2>/dev/null)
+MVN := mvn -B -q -f jvm/pom.xml
+
+.PHONY: demo test test-jvm test-python bench bench-quick jar clean
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/memphis demo
+
+test: test-jvm test-python
+
+# ScalaTest runs in Maven's package phase; the fresh jar is then copied into the Python package.
+test-jvm: $(VENV)/.installed
+	$(MVN) package
+	cp jvm/target/memphis-spark_2.13-*.jar $(JAR_DIR)/
+
+test-python: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/run.py
+
+bench-quick: $(VENV)/.installed
+	$(PY) benchmarks/run.py --scale 0.1 --repeats 1
+
+jar: $(JAR_DIR)/.built
+
+$(JAR_DIR)/.built: $(JVM_SOURCES)
+	@command -v mvn >/dev/null || { echo "make: Maven (mvn) and a JDK 17 are needed to build the jar"; exit 1; }
+	$(MVN) package -DskipTests
+	rm -f $(JAR_DIR)/*.jar && mkdir -p $(JAR_DIR)
+	cp jvm/target/memphis-spark_2.13-*.jar $(JAR_DIR)/
+	touch $@
+
+$(VENV)/.deps: requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.deps $(JAR_DIR)/.built pyproject.toml setup.py
+	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+	touch $@
+
+clean:
+	rm -rf $(VENV) jvm/target $(JAR_DIR) build dist python/*.egg-info

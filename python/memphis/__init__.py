@@ -1,0 +1,20 @@
+"""memphis: lineage-based reuse and memory management for ML pipelines on Apache Spark.
+
+Turn it on with :func:`configure_spark` (or :func:`session` for a local session); read what it
+did with :func:`stats` or ``SELECT * FROM memphis_stats()``.
+"""
+from memphis._jvm import EXTENSION_CLASS, jar_path
+from memphis._version import __version__
+from memphis.errors import MemphisConfigError, MemphisSetupError
+from memphis.session import configure_spark, session, stats
+
+__all__ = [
+    "EXTENSION_CLASS",
+    "MemphisConfigError",
+    "MemphisSetupError",
+    "__version__",
+    "configure_spark",
+    "jar_path",
+    "session",
+    "stats",
+]

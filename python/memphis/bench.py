@@ -1,0 +1,121 @@
+"""Runs a workload in several modes in one process and reports times, counters and agreement.
+
+A mode is a set of session confs: ``plain`` is plain Spark (memphis off), ``memphis`` is memphis
+on; later baselines add theirs. Every mode must return the same answer as the first one, or the
+run fails: a speedup with a different answer is not a result.
+"""
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from memphis._version import __version__
+from memphis.session import stats
+
+MODES = {
+    "plain": {"spark.memphis.enabled": "false"},
+    "memphis": {"spark.memphis.enabled": "true"},
+}
+
+# Stats that are levels, not event counts: reported as read after the run, not as a difference.
+LEVELS = {"bytes_held", "storage_budget_bytes"}
+
+
+class AnswerMismatch(AssertionError):
+    """A mode answered differently from the first mode."""
+
+
+@dataclass
+class Workload:
+    """``prepare(spark, scale)`` builds the inputs (not timed); ``run(spark, inputs)`` is the timed
+    work and returns an answer comparable with ``==`` (sorted rows, exact numbers)."""
+
+    name: str
+    description: str
+    prepare: Callable[[Any, float], Any]
+    run: Callable[[Any, Any], Any]
+
+
+def environment(spark) -> dict:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "memphis": __version__,
+        "spark": spark.version,
+        "java": spark.sparkContext._jvm.System.getProperty("java.version"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "master": spark.sparkContext.master,
+    }
+
+
+def _difference(before: dict, after: dict) -> dict:
+    return {k: v if k in LEVELS else v - before.get(k, 0) for k, v in after.items()}
+
+
+def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=("plain", "memphis"),
+                 repeats: int = 3, progress: bool = True) -> dict:
+    """Runs ``workload`` ``repeats`` times per mode, each run starting with Spark's cache empty.
+
+    Returns ``{"workload", "description", "scale", "repeats", "modes": {mode: {"seconds",
+    "median_s", "min_s", "max_s", "counters"}}}``; ``counters`` are those of the mode's last run.
+    Raises :class:`AnswerMismatch` when a mode's answer differs from the first mode's.
+
+    Examples
+    --------
+    >>> w = Workload("count", "count a range", lambda spark, scale: int(1000 * scale),
+    ...              lambda spark, n: spark.range(n).count())
+    >>> run_workload(spark, w, repeats=1)["modes"]["memphis"]["median_s"]  # doctest: +SKIP
+    0.08
+    """
+    from tqdm import tqdm
+
+    inputs = workload.prepare(spark, scale)
+    report = {"workload": workload.name, "description": workload.description, "scale": scale,
+              "repeats": repeats, "modes": {}}
+    expected = None
+    with tqdm(total=len(modes) * repeats, desc=workload.name, unit="run", disable=not progress,
+              file=sys.stderr) as bar:
+        for mode in modes:
+            for key, value in MODES[mode].items():
+                spark.conf.set(key, value)
+            seconds = []
+            for _ in range(repeats):
+                spark.catalog.clearCache()
+                before = stats(spark)
+                start = time.perf_counter()
+                answer = workload.run(spark, inputs)
+                seconds.append(time.perf_counter() - start)
+                counters = _difference(before, stats(spark))
+                if expected is None:
+                    expected = (mode, answer)
+                elif answer != expected[1]:
+                    raise AnswerMismatch(f"{workload.name}: mode {mode} answered differently from "
+                                         f"mode {expected[0]}")
+                bar.update()
+            report["modes"][mode] = {"seconds": seconds, "median_s": statistics.median(seconds),
+                                     "min_s": min(seconds), "max_s": max(seconds), "counters": counters}
+    return report
+
+
+def markdown_table(reports, baseline: str = "plain") -> str:
+    """One row per workload: median seconds per mode, speedup over ``baseline``, memphis counters."""
+    modes = list(dict.fromkeys(m for r in reports for m in r["modes"]))
+    others = [m for m in modes if m != baseline]
+    header = (["workload", "scale"] + [f"{m} s" for m in modes] + [f"speedup {m}" for m in others]
+              + ["hits", "persisted", "evicted"])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in reports:
+        runs = r["modes"]
+        base = runs.get(baseline, {}).get("median_s")
+        cells = [r["workload"], f"{r['scale']:g}"]
+        cells += [f"{runs[m]['median_s']:.2f}" if m in runs else "" for m in modes]
+        cells += [f"{base / runs[m]['median_s']:.2f}x" if base and m in runs else "" for m in others]
+        counters = runs.get("memphis", {}).get("counters", {})
+        cells += [str(counters.get(k, "")) for k in ("hits", "persisted", "evicted")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,89 @@
+"""The ``memphis`` command: ``submit``, ``stats`` and ``demo``."""
+import argparse
+import os
+import subprocess
+import sys
+
+from memphis import _jvm
+from memphis.errors import MemphisConfigError, MemphisSetupError
+from memphis.session import append_csv
+
+# spark-submit options that take no value; every other option is followed by one.
+_SUBMIT_FLAGS = {"--verbose", "-v", "--supervise", "--help", "-h", "--version"}
+
+
+def submit_command(args) -> list:
+    """The spark-submit command line for ``memphis submit ARGS``, keeping the user's jars and extensions."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    jars, extensions, passed = _jvm.jar_path(), _jvm.EXTENSION_CLASS, []
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        option = args[i]
+        if option in _SUBMIT_FLAGS or "=" in option or i + 1 == len(args):
+            passed.append(option)
+            i += 1
+            continue
+        value = args[i + 1]
+        key = value.split("=", 1)[0] if option == "--conf" else None
+        if option == "--jars" or key == "spark.jars":
+            jars = append_csv(value.split("=", 1)[-1], jars)
+        elif key == "spark.sql.extensions":
+            extensions = append_csv(value.split("=", 1)[1], extensions)
+        else:
+            passed += [option, value]
+        i += 2
+    submit = os.path.join(_find_spark_home(), "bin", "spark-submit")
+    return [submit, "--jars", jars, "--conf", f"spark.sql.extensions={extensions}"] + passed + list(args[i:])
+
+
+def _submit(args) -> int:
+    _jvm.check_spark_version()
+    _jvm.check_java()
+    # Python workers must run this interpreter, which has pyarrow and memphis.
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return subprocess.call(submit_command(args), env=env)
+
+
+def _stats(master: str) -> int:
+    import memphis
+
+    spark = memphis.session(master, app_name="memphis-stats")
+    try:
+        for name, value in memphis.stats(spark).items():
+            print(f"{name:<22}{value:>16}")
+    finally:
+        spark.stop()
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="memphis", description="Lineage-based reuse for Spark ML pipelines.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("submit", help="spark-submit with the memphis jar and extension set: "
+                                       "memphis submit [spark-submit options] APP.py [app arguments]")
+    stats = commands.add_parser("stats", help="start a session and print its memphis counters")
+    stats.add_argument("--master", default="local[*]")
+    demo = commands.add_parser("demo", help="run an exploratory pipeline with memphis off, then on")
+    demo.add_argument("--master", default="local[*]")
+    demo.add_argument("--rows", type=int, default=400_000, help="rows of generated data (default 400000)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        # Everything after `submit` belongs to spark-submit, options included, so argparse stays out.
+        if argv[:1] == ["submit"] and argv[1:2] not in (["-h"], ["--help"]):
+            return _submit(argv[1:])
+        args = parser.parse_args(argv)
+        if args.command == "stats":
+            return _stats(args.master)
+        from memphis import demo as showcase
+        showcase.main(master=args.master, rows=args.rows)
+        return 0
+    except (MemphisSetupError, MemphisConfigError) as e:
+        print(f"memphis: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Setting up Spark with memphis, and reading its counters."""
+import json
+import os
+import sys
+
+from memphis import _jvm
+from memphis.errors import MemphisConfigError, MemphisSetupError
+
+CONF_PREFIX = "spark.memphis."
+
+
+def option_key(name: str) -> str:
+    """``storage_maxBytes`` or ``storage.maxBytes`` -> ``spark.memphis.storage.maxBytes``."""
+    return name if name.startswith(CONF_PREFIX) else CONF_PREFIX + name.replace("_", ".")
+
+
+def conf_value(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def append_csv(existing, item: str) -> str:
+    """Adds ``item`` to a comma-separated conf value unless it is there already."""
+    items = [x.strip() for x in (existing or "").split(",") if x.strip()]
+    return ",".join(items if item in items else items + [item])
+
+
+def spark_defaults() -> dict:
+    """spark-defaults.conf as spark-submit will read it, so that values there are kept, not replaced."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(_find_spark_home(), "conf")
+    path = os.path.join(conf_dir, "spark-defaults.conf")
+    if not os.path.isfile(path):
+        return {}
+    values = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            parts = line.strip().split(None, 1)
+            if len(parts) == 2 and not parts[0].startswith("#"):
+                values[parts[0]] = parts[1].strip()
+    return values
+
+
+def configure_spark(builder, **options):
+    """Adds memphis to a ``SparkSession.Builder`` and returns the builder.
+
+    The packaged jar is appended to ``spark.jars`` and the extension to ``spark.sql.extensions``;
+    values already set on the builder or in ``spark-defaults.conf`` are kept. Each keyword becomes
+    a ``spark.memphis.*`` conf, with ``_`` read as ``.``: ``storage_fraction=0.5`` sets
+    ``spark.memphis.storage.fraction``. Values are checked when the session starts.
+
+    Call it before the first session of the process: jars and extensions reach Spark only when its
+    JVM starts. If a SparkContext already runs with memphis (cluster confs), only the options are set.
+
+    Examples
+    --------
+    >>> from pyspark.sql import SparkSession
+    >>> import memphis
+    >>> builder = SparkSession.builder.master("local[2]").appName("features")
+    >>> spark = memphis.configure_spark(builder, storage_fraction=0.5).getOrCreate()  # doctest: +SKIP
+    """
+    from pyspark import SparkContext
+
+    _jvm.check_spark_version()
+    running = SparkContext._active_spark_context
+    if running is not None:
+        extensions = running.getConf().get("spark.sql.extensions", "")
+        if _jvm.EXTENSION_CLASS not in [x.strip() for x in extensions.split(",")]:
+            raise MemphisSetupError(
+                "a SparkContext is already running without memphis, and a running JVM cannot load it; "
+                "call spark.stop() first, or set spark.jars and spark.sql.extensions in the cluster's "
+                "configuration (see docs/cluster.md)")
+    else:
+        _jvm.check_java()
+        current = {**spark_defaults(), **builder._options}
+        builder.config("spark.jars", append_csv(current.get("spark.jars"), _jvm.jar_path()))
+        builder.config("spark.sql.extensions",
+                       append_csv(current.get("spark.sql.extensions"), _jvm.EXTENSION_CLASS))
+    for name, value in options.items():
+        builder.config(option_key(name), conf_value(value))
+    return builder
+
+
+def session(master: str = "local[*]", app_name: str = "memphis", **options):
+    """Starts (or returns) a SparkSession with memphis on.
+
+    Keyword options are ``spark.memphis.*`` settings as in :func:`configure_spark`; other Spark
+    confs can be passed the same way with their full key, e.g.
+    ``**{"spark.driver.memory": "2g"}``. A rejected memphis setting raises
+    :class:`MemphisConfigError` and leaves no half-started context behind.
+
+    Examples
+    --------
+    >>> import memphis
+    >>> spark = memphis.session("local[2]", enabled=True)  # doctest: +SKIP
+    >>> memphis.stats(spark)["hits"]  # doctest: +SKIP
+    0
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    # Python workers must run this interpreter, which has pyarrow and memphis.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark_confs = {k: v for k, v in options.items() if k.startswith("spark.") and not k.startswith(CONF_PREFIX)}
+    memphis_options = {k: v for k, v in options.items() if k not in spark_confs}
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in spark_confs.items():
+        builder.config(key, conf_value(value))
+    configure_spark(builder, **memphis_options)
+    try:
+        return builder.getOrCreate()
+    except Exception as e:
+        reason = _memphis_rejection(e)
+        if reason is None:
+            raise
+        if SparkContext._active_spark_context is not None:
+            # Its conf is fixed: no session can start on it, so free it for a corrected retry.
+            SparkContext._active_spark_context.stop()
+        raise reason from None
+
+
+def _memphis_rejection(error):
+    """The memphis error inside a failed session start, if that is why it failed."""
+    java_exception = getattr(error, "java_exception", None)
+    if java_exception is None:
+        return None
+    message = java_exception.getMessage() or ""
+    if message.startswith("Invalid memphis configuration"):
+        return MemphisConfigError(message)
+    if message.startswith("memphis is built for Spark"):
+        return MemphisSetupError(message)
+    return None
+
+
+_facades = {}
+
+
+def stats(spark) -> dict:
+    """The memphis counters of ``spark``'s cache, as ``{name: int}``; one py4j round trip.
+
+    Keys: hits, misses, persisted, materialized, evicted, invalidated, refused, bytes_held,
+    compute_saved_ms and storage_budget_bytes (what ``SELECT * FROM memphis_stats()`` shows).
+
+    Examples
+    --------
+    >>> import memphis
+    >>> spark = memphis.session("local[2]")  # doctest: +SKIP
+    >>> memphis.stats(spark)["evicted"]  # doctest: +SKIP
+    0
+    """
+    gateway = spark.sparkContext._gateway
+    facade = _facades.get(id(gateway))
+    if facade is None:
+        facade = _facades[id(gateway)] = getattr(spark._jvm, "io.memphis.PythonFacade")
+    return json.loads(facade.statsJson(spark._jsparkSession))
