@@ -49,8 +49,9 @@ def configure_spark(builder, **options):
     a ``spark.memphis.*`` conf, with ``_`` read as ``.``: ``storage_fraction=0.5`` sets
     ``spark.memphis.storage.fraction``. Values are checked when the session starts.
 
-    Call it before the first session of the process: jars and extensions reach Spark only when its
-    JVM starts. If a SparkContext already runs with memphis (cluster confs), only the options are set.
+    Call it before the first session of the process: the jar reaches Spark only when its JVM
+    starts. A JVM that already runs must have the jar (cluster library) or this raises
+    :class:`MemphisSetupError` saying what to do.
 
     Examples
     --------
@@ -59,26 +60,42 @@ def configure_spark(builder, **options):
     >>> builder = SparkSession.builder.master("local[2]").appName("features")
     >>> spark = memphis.configure_spark(builder, storage_fraction=0.5).getOrCreate()  # doctest: +SKIP
     """
+    _jvm.check_spark_version()
+    problem = _running_jvm_problem()
+    if problem:
+        raise MemphisSetupError(problem)
     from pyspark import SparkContext
 
-    _jvm.check_spark_version()
-    running = SparkContext._active_spark_context
-    if running is not None:
-        extensions = running.getConf().get("spark.sql.extensions", "")
-        if _jvm.EXTENSION_CLASS not in [x.strip() for x in extensions.split(",")]:
-            raise MemphisSetupError(
-                "a SparkContext is already running without memphis, and a running JVM cannot load it; "
-                "call spark.stop() first, or set spark.jars and spark.sql.extensions in the cluster's "
-                "configuration (see docs/cluster.md)")
-    else:
+    if SparkContext._gateway is None:
         _jvm.check_java()
-        current = {**spark_defaults(), **builder._options}
-        builder.config("spark.jars", append_csv(current.get("spark.jars"), _jvm.jar_path()))
-        builder.config("spark.sql.extensions",
-                       append_csv(current.get("spark.sql.extensions"), _jvm.EXTENSION_CLASS))
+    current = {**spark_defaults(), **builder._options}
+    builder.config("spark.jars", append_csv(current.get("spark.jars"), _jvm.jar_path()))
+    builder.config("spark.sql.extensions", append_csv(current.get("spark.sql.extensions"), _jvm.EXTENSION_CLASS))
     for name, value in options.items():
         builder.config(option_key(name), conf_value(value))
     return builder
+
+
+def _running_jvm_problem():
+    """Why memphis cannot join the Spark JVM this process already runs, if it cannot."""
+    from py4j.protocol import Py4JError
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is None:
+        return None  # no JVM yet: the builder's confs will reach it
+    jvm = SparkContext._gateway.jvm
+    try:
+        jvm.java.lang.Class.forName(_jvm.EXTENSION_CLASS, False,
+                                    jvm.java.lang.Thread.currentThread().getContextClassLoader())
+    except Py4JError:
+        return ("Spark's JVM in this Python process started without the memphis jar, and a running JVM "
+                "cannot load it; restart the Python process (notebook kernel) and configure memphis before "
+                "the first session, or install the jar on the cluster (see docs/cluster.md)")
+    running = SparkContext._active_spark_context
+    if running is not None and _jvm.EXTENSION_CLASS not in running.getConf().get("spark.sql.extensions", ""):
+        return ("a SparkContext is running without the memphis extension, and its confs are fixed; "
+                "call spark.stop(), then build the session again")
+    return None
 
 
 def session(master: str = "local[*]", app_name: str = "memphis", **options):
@@ -120,15 +137,13 @@ def session(master: str = "local[*]", app_name: str = "memphis", **options):
 
 
 def _memphis_rejection(error):
-    """The memphis error inside a failed session start, if that is why it failed."""
-    java_exception = getattr(error, "java_exception", None)
-    if java_exception is None:
-        return None
-    message = java_exception.getMessage() or ""
-    if message.startswith("Invalid memphis configuration"):
-        return MemphisConfigError(message)
-    if message.startswith("memphis is built for Spark"):
-        return MemphisSetupError(message)
+    """The memphis error inside a failed session start (PySpark may have wrapped it), if that is why."""
+    text = str(error)
+    for marker, kind in (("Invalid memphis configuration", MemphisConfigError),
+                         ("memphis is built for Spark", MemphisSetupError)):
+        at = text.find(marker)
+        if at >= 0:
+            return kind(text[at:].splitlines()[0])
     return None
 
 

@@ -1,0 +1,59 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+import memphis
+
+# Small, quiet local sessions (the recipe in shared/reference/spark-internals.md §14.2).
+TEST_CONFS = {
+    "spark.ui.enabled": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.sql.shuffle.partitions": "4",
+}
+
+
+def stop_spark():
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:
+        SparkSession.getActiveSession().stop()
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+
+
+@pytest.fixture
+def spark():
+    """A local[2] session with memphis; reused across tests while it runs."""
+    session = memphis.session("local[2]", app_name="memphis-tests", **TEST_CONFS)
+    session.conf.set("spark.memphis.enabled", "true")
+    return session
+
+
+@pytest.fixture
+def no_spark():
+    """For tests that start their own SparkContext: none runs before or after."""
+    stop_spark()
+    yield
+    stop_spark()
+
+
+def job_count(spark, tag, action):
+    """Runs ``action()`` in a job group and returns (its result, the number of Spark jobs it ran)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(tag, tag)
+    try:
+        result = action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(sc.statusTracker().getJobIdsForGroup(tag))
+
+
+def run_python(code, *args, env=None):
+    """Runs ``code`` in a fresh interpreter (a fresh JVM too) and returns the JSON its last line prints."""
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

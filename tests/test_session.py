@@ -1,0 +1,57 @@
+from pyspark.sql import functions as F
+
+import memphis
+from conftest import job_count
+
+
+def test_extension_is_registered_with_the_session(spark):
+    conf = spark.sparkContext.getConf()
+    assert memphis.EXTENSION_CLASS in conf.get("spark.sql.extensions").split(",")
+    assert memphis.jar_path() in conf.get("spark.jars").split(",")
+    jvm_conf = spark._jsparkSession.sessionState().conf()
+    assert memphis.EXTENSION_CLASS in jvm_conf.getConfString("spark.sql.extensions")
+
+
+def test_stats_from_sql_and_python_agree(spark):
+    by_sql = {r["name"]: r["value"] for r in spark.sql("SELECT * FROM memphis_stats()").collect()}
+    by_py4j = memphis.stats(spark)
+    assert by_sql == by_py4j
+    assert {"hits", "misses", "persisted", "materialized", "evicted", "invalidated", "bytes_held",
+            "compute_saved_ms", "storage_budget_bytes"} <= set(by_py4j)
+    assert by_py4j["storage_budget_bytes"] > 0
+
+
+def test_counters_come_from_the_jvm_cache(spark):
+    jvm = spark._jvm
+    cache = jvm.io.memphis.LineageCache.forContext(spark._jsparkSession.sparkContext())
+    before = memphis.stats(spark)["misses"]
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()  # the one spark.jars feeds
+    counters = (jvm.java.lang.Class.forName("io.memphis.CacheStats$Counter$", True, loader)
+                .getField("MODULE$").get(None))
+    cache.stats().add(counters.Misses(), 2)
+    assert memphis.stats(spark)["misses"] == before + 2
+
+
+def test_same_answer_and_jobs_with_memphis_off_and_on(spark):
+    def query():  # a new DataFrame per run: a re-collected one would skip its finished stages
+        return (spark.range(20_000).withColumn("k", F.col("id") % 13)
+                .groupBy("k").agg(F.sum("id").alias("s"), F.count("*").alias("n")).orderBy("k"))
+
+    results = {}
+    for enabled in ("false", "true"):
+        spark.conf.set("spark.memphis.enabled", enabled)
+        results[enabled] = job_count(spark, f"on-off-{enabled}", query().collect)
+    (off, off_jobs), (on, on_jobs) = results["false"], results["true"]
+    assert on == off
+    assert on_jobs == off_jobs > 0
+
+
+def test_bad_value_at_run_time_is_rejected_and_the_old_one_kept(spark):
+    import pytest
+
+    with pytest.raises(Exception) as info:
+        spark.conf.set("spark.memphis.storage.fraction", "2")
+    message = str(info.value)
+    assert "spark.memphis.storage.fraction" in message and "'2'" in message
+    assert "greater than 0 and at most 1" in message
+    assert spark.conf.get("spark.memphis.storage.fraction") == "0.7"

@@ -1,0 +1,134 @@
+"""Starting Spark with memphis: bad settings, other extensions, wrong environments."""
+import os
+import subprocess
+import sys
+
+import pytest
+from pyspark.sql import SparkSession
+
+import memphis
+from memphis import _jvm
+from conftest import TEST_CONFS, run_python
+
+
+@pytest.mark.parametrize("options, key, value, allowed", [
+    ({"enabled": "maybe"}, "spark.memphis.enabled", "maybe", "a boolean (true or false)"),
+    ({"storage_fraction": 1.5}, "spark.memphis.storage.fraction", "1.5", "greater than 0 and at most 1"),
+    ({"storage_fraction": "lots"}, "spark.memphis.storage.fraction", "lots", "greater than 0 and at most 1"),
+    ({"storage_maxBytes": "12 apples"}, "spark.memphis.storage.maxBytes", "12 apples", "a byte size"),
+    ({"enable": "true"}, "spark.memphis.enable", "true", "known keys: spark.memphis.enabled"),
+])
+def test_bad_setting_fails_at_session_start(no_spark, options, key, value, allowed):
+    with pytest.raises(memphis.MemphisConfigError) as info:
+        memphis.session("local[1]", **TEST_CONFS, **options)
+    message = str(info.value)
+    assert f"{key}={value}" in message and allowed in message
+    assert SparkSession.getActiveSession() is None
+
+
+def test_a_corrected_retry_starts(no_spark):
+    with pytest.raises(memphis.MemphisConfigError):
+        memphis.session("local[1]", **TEST_CONFS, enabled="yes")
+    spark = memphis.session("local[1]", **TEST_CONFS, enabled=False)
+    assert spark.conf.get("spark.memphis.enabled") == "false"
+    assert memphis.stats(spark)["hits"] == 0
+
+
+def test_configure_spark_appends_to_existing_extensions_and_jars(no_spark, tmp_path, monkeypatch):
+    (tmp_path / "spark-defaults.conf").write_text("spark.sql.extensions  com.example.FromDefaults\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    builder = (SparkSession.builder.config("spark.sql.extensions", "com.example.OnBuilder")
+               .config("spark.jars", "/opt/other.jar"))
+    memphis.configure_spark(builder, storage_fraction=0.5, enabled=True)
+    memphis.configure_spark(builder)  # twice: nothing doubles
+    options = builder._options
+    assert options["spark.sql.extensions"] == f"com.example.OnBuilder,{memphis.EXTENSION_CLASS}"
+    assert options["spark.jars"] == f"/opt/other.jar,{memphis.jar_path()}"
+    assert options["spark.memphis.storage.fraction"] == "0.5"
+    assert options["spark.memphis.enabled"] == "true"
+
+    fresh = memphis.configure_spark(SparkSession.Builder())
+    assert fresh._options["spark.sql.extensions"] == f"com.example.FromDefaults,{memphis.EXTENSION_CLASS}"
+
+
+OTHER_EXTENSION_APP = """
+import json, sys
+from pyspark.sql import SparkSession
+import memphis
+builder = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+           .config("spark.sql.extensions", "io.memphis.OtherTestExtension")
+           .config("spark.driver.extraClassPath", sys.argv[1]))
+spark = memphis.configure_spark(builder).getOrCreate()
+print(json.dumps({
+    "extensions": spark.sparkContext.getConf().get("spark.sql.extensions"),
+    "other": spark.sql("SELECT other_extension_fn()").head()[0],
+    "stats_rows": spark.sql("SELECT * FROM memphis_stats()").count(),
+    "stats_keys": len(memphis.stats(spark)),
+}))
+"""
+
+
+def test_other_extensions_stay_active():
+    # OtherTestExtension is compiled with the ScalaTest sources; it adds other_extension_fn() = 42.
+    # A fresh process, because a driver class path is fixed when the JVM starts.
+    test_classes = os.path.join(os.path.dirname(__file__), "..", "jvm", "target", "test-classes")
+    seen = run_python(OTHER_EXTENSION_APP, os.path.abspath(test_classes))
+    assert seen["extensions"] == f"io.memphis.OtherTestExtension,{memphis.EXTENSION_CLASS}"
+    assert seen["other"] == 42
+    assert seen["stats_rows"] == seen["stats_keys"] > 0
+
+
+REFUSAL_APP = """
+import json
+from pyspark.sql import SparkSession
+import memphis
+plain = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+if "{stop}" == "stop":
+    plain.stop()
+try:
+    memphis.configure_spark(SparkSession.builder)
+    print(json.dumps("no error"))
+except memphis.MemphisSetupError as e:
+    print(json.dumps(str(e)))
+"""
+
+
+@pytest.mark.parametrize("stop", ["keep", "stop"])
+def test_configure_spark_refuses_a_jvm_started_without_memphis(stop):
+    # A fresh process each: a JVM started without the jar cannot load it, even after spark.stop().
+    seen = run_python(REFUSAL_APP.replace("{stop}", stop))
+    assert "started without the memphis jar" in seen and "restart the Python process" in seen
+
+
+def test_wrong_spark_version_is_one_clear_message(monkeypatch):
+    import pyspark
+
+    monkeypatch.setattr(pyspark, "__version__", "4.3.0")
+    with pytest.raises(memphis.MemphisSetupError, match=r"built for Spark 4\.2\.x but pyspark 4\.3\.0"):
+        memphis.configure_spark(SparkSession.Builder())
+    _jvm.check_spark_version("4.2.0")
+
+
+def test_missing_java_is_one_clear_message(monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
+    with pytest.raises(memphis.MemphisSetupError, match="JAVA_HOME=/nonexistent/jdk has no bin/java"):
+        _jvm.check_java()
+
+
+def test_cli_without_java_prints_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)  # no java here
+    result = subprocess.run([sys.executable, "-m", "memphis.cli", "stats"], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memphis: Spark 4.2 needs Java 17 or newer"), result.stderr
+
+
+def test_configure_spark_refuses_a_running_context_without_the_extension(no_spark):
+    builder = SparkSession.builder.master("local[1]").config("spark.sql.extensions", "")
+    for key, value in TEST_CONFS.items():
+        builder.config(key, value)
+    builder.getOrCreate()
+    with pytest.raises(memphis.MemphisSetupError, match="running without the memphis extension"):
+        memphis.configure_spark(SparkSession.builder)
