@@ -126,9 +126,10 @@ def test_cli_without_java_prints_one_line(tmp_path):
 
 
 def test_configure_spark_refuses_a_running_context_without_the_extension(no_spark):
+    memphis.session("local[1]", **TEST_CONFS).stop()  # the JVM has the jar ...
     builder = SparkSession.builder.master("local[1]").config("spark.sql.extensions", "")
     for key, value in TEST_CONFS.items():
         builder.config(key, value)
-    builder.getOrCreate()
+    builder.getOrCreate()  # ... but this context runs without the extension
     with pytest.raises(memphis.MemphisSetupError, match="running without the memphis extension"):
         memphis.configure_spark(SparkSession.builder)
