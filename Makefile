@@ -26,7 +26,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 
 bench-quick: $(VENV)/.installed
-	$(PY) benchmarks/run.py --scale 0.1 --repeats 1
+	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --out benchmarks/results/quick
 
 jar: $(JAR_DIR)/.built
 

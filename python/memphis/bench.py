@@ -58,12 +58,14 @@ def _difference(before: dict, after: dict) -> dict:
 
 
 def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=("plain", "memphis"),
-                 repeats: int = 3, progress: bool = True) -> dict:
+                 repeats: int = 3, warmup: bool = True, progress: bool = True) -> dict:
     """Runs ``workload`` ``repeats`` times per mode, each run starting with Spark's cache empty.
 
-    Returns ``{"workload", "description", "scale", "repeats", "modes": {mode: {"seconds",
-    "median_s", "min_s", "max_s", "counters"}}}``; ``counters`` are those of the mode's last run.
-    Raises :class:`AnswerMismatch` when a mode's answer differs from the first mode's.
+    The modes take turns within each repeat, after one untimed warm-up run, so that JIT warm-up
+    and file-system caches do not favour whichever mode runs last. Returns ``{"workload",
+    "description", "scale", "repeats", "modes": {mode: {"seconds", "median_s", "min_s", "max_s",
+    "counters"}}}``; ``counters`` are those of the mode's last run. Raises
+    :class:`AnswerMismatch` when a mode's answer differs from the first mode's.
 
     Examples
     --------
@@ -75,30 +77,36 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=("plain
     from tqdm import tqdm
 
     inputs = workload.prepare(spark, scale)
+
+    def timed_run(mode):
+        for key, value in MODES[mode].items():
+            spark.conf.set(key, value)
+        spark.catalog.clearCache()
+        before = stats(spark)
+        start = time.perf_counter()
+        answer = workload.run(spark, inputs)
+        return time.perf_counter() - start, answer, _difference(before, stats(spark))
+
+    runs = {mode: [] for mode in modes}
+    expected = None
+    with tqdm(total=len(modes) * repeats + warmup, desc=workload.name, unit="run", disable=not progress,
+              file=sys.stderr) as bar:
+        schedule = [modes[0]] * warmup + [mode for _ in range(repeats) for mode in modes]
+        for i, mode in enumerate(schedule):
+            seconds, answer, counters = timed_run(mode)
+            if expected is None:
+                expected = answer
+            elif answer != expected:
+                raise AnswerMismatch(f"{workload.name}: mode {mode} answered differently from mode {modes[0]}")
+            if i >= warmup:
+                runs[mode].append((seconds, counters))
+            bar.update()
     report = {"workload": workload.name, "description": workload.description, "scale": scale,
               "repeats": repeats, "modes": {}}
-    expected = None
-    with tqdm(total=len(modes) * repeats, desc=workload.name, unit="run", disable=not progress,
-              file=sys.stderr) as bar:
-        for mode in modes:
-            for key, value in MODES[mode].items():
-                spark.conf.set(key, value)
-            seconds = []
-            for _ in range(repeats):
-                spark.catalog.clearCache()
-                before = stats(spark)
-                start = time.perf_counter()
-                answer = workload.run(spark, inputs)
-                seconds.append(time.perf_counter() - start)
-                counters = _difference(before, stats(spark))
-                if expected is None:
-                    expected = (mode, answer)
-                elif answer != expected[1]:
-                    raise AnswerMismatch(f"{workload.name}: mode {mode} answered differently from "
-                                         f"mode {expected[0]}")
-                bar.update()
-            report["modes"][mode] = {"seconds": seconds, "median_s": statistics.median(seconds),
-                                     "min_s": min(seconds), "max_s": max(seconds), "counters": counters}
+    for mode, results in runs.items():
+        seconds = [s for s, _ in results]
+        report["modes"][mode] = {"seconds": seconds, "median_s": statistics.median(seconds),
+                                 "min_s": min(seconds), "max_s": max(seconds), "counters": results[-1][1]}
     return report
 
 

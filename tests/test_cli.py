@@ -1,0 +1,29 @@
+import pytest
+
+import memphis
+from memphis.cli import main, submit_command
+
+
+def test_submit_sets_jar_and_extension_and_passes_everything_on():
+    cmd = submit_command(["--master", "local[2]", "--verbose", "--conf", "spark.ui.enabled=false",
+                          "app.py", "--rows", "10"])
+    assert cmd[0].endswith("bin/spark-submit")
+    assert cmd[1:5] == ["--jars", memphis.jar_path(), "--conf",
+                        f"spark.sql.extensions={memphis.EXTENSION_CLASS}"]
+    assert cmd[5:] == ["--master", "local[2]", "--verbose", "--conf", "spark.ui.enabled=false",
+                       "app.py", "--rows", "10"]
+
+
+def test_submit_keeps_the_users_jars_and_extensions():
+    cmd = submit_command(["--jars", "/opt/a.jar", "--conf", "spark.sql.extensions=com.example.Ext",
+                          "--conf", "spark.jars=/opt/b.jar", "app.py", "--jars", "app-arg"])
+    assert cmd[1:5] == ["--jars", f"/opt/b.jar,/opt/a.jar,{memphis.jar_path()}", "--conf",
+                        f"spark.sql.extensions=com.example.Ext,{memphis.EXTENSION_CLASS}"]
+    assert cmd[5:] == ["app.py", "--jars", "app-arg"]  # the app's own arguments are left alone
+
+
+def test_cli_needs_a_command(capsys):
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    assert "submit" in capsys.readouterr().err
