@@ -35,7 +35,8 @@ def test_a_corrected_retry_starts(no_spark):
 
 
 def test_configure_spark_appends_to_existing_extensions_and_jars(no_spark, tmp_path, monkeypatch):
-    (tmp_path / "spark-defaults.conf").write_text("spark.sql.extensions  com.example.FromDefaults\n")
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# a comment\nspark.sql.extensions  com.example.FromDefaults\nspark.jars=/opt/defaults.jar\n")
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     builder = (SparkSession.builder.config("spark.sql.extensions", "com.example.OnBuilder")
                .config("spark.jars", "/opt/other.jar"))
@@ -49,6 +50,7 @@ def test_configure_spark_appends_to_existing_extensions_and_jars(no_spark, tmp_p
 
     fresh = memphis.configure_spark(SparkSession.Builder())
     assert fresh._options["spark.sql.extensions"] == f"com.example.FromDefaults,{memphis.EXTENSION_CLASS}"
+    assert fresh._options["spark.jars"] == f"/opt/defaults.jar,{memphis.jar_path()}"
 
 
 OTHER_EXTENSION_APP = """

@@ -1,6 +1,7 @@
 """Setting up Spark with memphis, and reading its counters."""
 import json
 import os
+import re
 import sys
 
 from memphis import _jvm
@@ -32,13 +33,9 @@ def spark_defaults() -> dict:
     path = os.path.join(conf_dir, "spark-defaults.conf")
     if not os.path.isfile(path):
         return {}
-    values = {}
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            parts = line.strip().split(None, 1)
-            if len(parts) == 2 and not parts[0].startswith("#"):
-                values[parts[0]] = parts[1].strip()
-    return values
+        lines = [re.match(r"([^\s=:#!]+)[\s=:]+(.*)", line.strip()) for line in f]
+    return {m.group(1): m.group(2).strip() for m in lines if m}
 
 
 def configure_spark(builder, **options):
@@ -92,7 +89,8 @@ def _running_jvm_problem():
                 "cannot load it; restart the Python process (notebook kernel) and configure memphis before "
                 "the first session, or install the jar on the cluster (see docs/cluster.md)")
     running = SparkContext._active_spark_context
-    if running is not None and _jvm.EXTENSION_CLASS not in running.getConf().get("spark.sql.extensions", ""):
+    extensions = running.getConf().get("spark.sql.extensions", "") if running is not None else None
+    if extensions is not None and _jvm.EXTENSION_CLASS not in [x.strip() for x in extensions.split(",")]:
         return ("a SparkContext is running without the memphis extension, and its confs are fixed; "
                 "call spark.stop(), then build the session again")
     return None
