@@ -6,6 +6,7 @@ did with :func:`stats` or ``SELECT * FROM memphis_stats()``.
 from memphis._jvm import EXTENSION_CLASS, jar_path
 from memphis._version import __version__
 from memphis.errors import MemphisConfigError, MemphisSetupError
+from memphis.lineage import explain_key, lineage_key
 from memphis.session import configure_spark, session, stats
 
 __all__ = [
@@ -14,7 +15,9 @@ __all__ = [
     "MemphisSetupError",
     "__version__",
     "configure_spark",
+    "explain_key",
     "jar_path",
+    "lineage_key",
     "session",
     "stats",
 ]

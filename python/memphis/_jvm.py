@@ -58,3 +58,15 @@ def check_java() -> None:
         raise MemphisSetupError(
             f"Spark {SPARK_MINOR} needs Java {MIN_JAVA} or newer, but {java} is Java {major}; "
             f"install a JDK {MIN_JAVA} and point JAVA_HOME at it")
+
+
+_facades = {}
+
+
+def facade(spark):
+    """The JVM's ``io.memphis.PythonFacade``, looked up once per gateway so each use is one py4j call."""
+    gateway = spark.sparkContext._gateway
+    found = _facades.get(id(gateway))
+    if found is None:
+        found = _facades[id(gateway)] = getattr(spark._jvm, "io.memphis.PythonFacade")
+    return found

@@ -145,9 +145,6 @@ def _memphis_rejection(error):
     return None
 
 
-_facades = {}
-
-
 def stats(spark) -> dict:
     """The memphis counters of ``spark``'s cache, as ``{name: int}``; one py4j round trip.
 
@@ -161,8 +158,4 @@ def stats(spark) -> dict:
     >>> memphis.stats(spark)["evicted"]  # doctest: +SKIP
     0
     """
-    gateway = spark.sparkContext._gateway
-    facade = _facades.get(id(gateway))
-    if facade is None:
-        facade = _facades[id(gateway)] = getattr(spark._jvm, "io.memphis.PythonFacade")
-    return json.loads(facade.statsJson(spark._jsparkSession))
+    return json.loads(_jvm.facade(spark).statsJson(spark._jsparkSession))

@@ -1,6 +1,7 @@
 package io.memphis
 
-import org.apache.spark.sql.SparkSession
+import io.memphis.lineage.LineageKey
+import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.memphis.SparkShim
 
 /** Coarse entry points for the Python package: one py4j round trip per call. */
@@ -10,4 +11,16 @@ object PythonFacade {
     val rows = LineageCache.forContext(session.sparkContext).statsRows(SparkShim.sqlConf(session))
     rows.map { case (name, value) => s""""$name": $value""" }.mkString("{", ", ", "}")
   }
+
+  /** The lineage key of a DataFrame's result as hex, or null when it has none. */
+  def lineageKey(df: Dataset[_]): String = keyOf(df).toOption.map(_.hash).orNull
+
+  /** The key with its canonical form and sources, or why there is none. */
+  def explainKey(df: Dataset[_]): String = keyOf(df) match {
+    case Right(key) => s"lineage key ${key.hash} (height ${key.height})\n${key.explain}"
+    case Left(reason) => s"no lineage key: $reason"
+  }
+
+  private def keyOf(df: Dataset[_]): LineageKey.Result =
+    LineageKey.of(SparkShim.analyzedPlan(df), SparkShim.keyContext(df.sparkSession))
 }

@@ -1,7 +1,8 @@
 package org.apache.spark.sql.memphis
 
 import org.apache.spark.{SPARK_VERSION, SparkContext, SparkEnv}
-import org.apache.spark.sql.SparkSession
+import io.memphis.lineage.KeyContext
+import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
@@ -42,6 +43,19 @@ object SparkShim {
   /** The session's own SQLConf (the API-level SparkSession does not expose it in Spark 4). */
   def sqlConf(session: SparkSession): SQLConf =
     session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState.conf
+
+  /** The analyzed plan of a DataFrame (the classic Dataset in Spark 4). */
+  def analyzedPlan(df: Dataset[_]): LogicalPlan =
+    df.asInstanceOf[org.apache.spark.sql.classic.Dataset[_]].queryExecution.analyzed
+
+  /** What lineage keys depend on besides the plan, from the session's confs. */
+  def keyContext(session: SparkSession): KeyContext = {
+    val conf = sqlConf(session)
+    val state = session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState
+    KeyContext(state.newHadoopConf(), conf.caseSensitiveAnalysis,
+      s"parallelism=${session.sparkContext.defaultParallelism},maxPartitionBytes=${conf.filesMaxPartitionBytes}," +
+        s"openCost=${conf.filesOpenCostInBytes},minPartitions=${conf.filesMinPartitionNum}")
+  }
 
   def localRelation(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
     LocalRelation(output, rows)

@@ -1,0 +1,104 @@
+package io.memphis.lineage
+
+import scala.collection.mutable
+
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.types.DataType
+import org.apache.spark.unsafe.types.UTF8String
+
+/** Thrown while building a canonical form when a node cannot have a key; carries the reason. */
+final class NoKey(val reason: String) extends Exception(reason, null, false, false)
+
+/**
+ * The canonical text of one plan node, with its children left as `$0`, `$1`, ….
+ *
+ * Attribute references become positions in a child's output (`c1.3`: child 1, column 3), so
+ * expression ids and alias names (which do not change results) drop out and the form is the same
+ * in every JVM. Ids the node defines itself (aliases' targets, generator and aggregate results,
+ * lambda variables) become local ordinals in order of appearance. Operands of commutative
+ * operators are ordered by their text, conjuncts and disjuncts flattened and ordered. Every value
+ * is written from its content (class names, strings, numbers, JSON of types); a value with no
+ * such text (a closure, an RDD, a connection) means no key.
+ *
+ * @param outer the scope of the enclosing node, for correlated subqueries
+ * @param subquery writes out a subquery's plan held by this node, with this node as its outer scope
+ */
+private[lineage] final class CanonicalForm(node: LogicalPlan, outer: Option[CanonicalForm],
+    subquery: (LogicalPlan, CanonicalForm) => String) {
+  private val childPositions: Map[ExprId, String] = {
+    val positions = for ((child, i) <- node.children.zipWithIndex; (a, j) <- child.output.zipWithIndex)
+      yield a.exprId -> s"c$i.$j"
+    positions.reverse.toMap // the first child that outputs an id names it
+  }
+  private val locals = mutable.LinkedHashMap.empty[ExprId, Int]
+
+  private def local(id: ExprId): Int = locals.getOrElseUpdate(id, locals.size)
+
+  private def ref(id: ExprId): String = childPositions.getOrElse(id, s"d${local(id)}")
+
+  /** The node's text, with `child(i)` standing for its i-th child. */
+  def text(child: Int => String): String = {
+    val childIndex = node.children.zipWithIndex.toMap
+    node.getClass.getName + node.productIterator.map {
+      case p: LogicalPlan if childIndex.contains(p) => child(childIndex(p))
+      case v => value(v)
+    }.mkString("(", ",", ")")
+  }
+
+  def expression(e: Expression): String = e match {
+    case a: AttributeReference => childPositions.getOrElse(a.exprId, s"d${local(a.exprId)}:${a.dataType.json}")
+    case Alias(a: AttributeReference, _) => expression(a) // a rename
+    case a: Alias => s"alias(${expression(a.child)})"
+    case o: OuterReference =>
+      val enclosing = outer.getOrElse(throw new NoKey("an outer reference outside a subquery"))
+      s"outer(${enclosing.expression(o.e)})"
+    case v: NamedLambdaVariable => s"lambda${local(v.exprId)}:${v.dataType.json}"
+    case l: Literal => s"lit(${l.dataType.json},${literalText(l)})"
+    case u: PythonUDF =>
+      val code = Canonical.sha(u.func.command.toArray)
+      s"pyudf(${u.evalType},${u.dataType.json},$code,${u.func.pythonVer}," +
+        s"${u.children.map(expression).mkString("[", ",", "]")})"
+    case _ if e.isInstanceOf[And] || e.isInstanceOf[Or] =>
+      val parts = flatten(e, e.getClass).map(expression).sorted
+      s"${e.getClass.getName}${parts.mkString("[", ",", "]")}"
+    case b: BinaryExpression if Commutative.contains(b.getClass.getSimpleName) =>
+      val operands = Seq(expression(b.left), expression(b.right)).sorted
+      val others = b.productIterator.filterNot(v => (v.asInstanceOf[AnyRef] eq b.left) || (v.asInstanceOf[AnyRef] eq b.right))
+      s"${b.getClass.getName}(${(others.map(value).toSeq ++ operands).mkString(",")})"
+    case other => other.getClass.getName + other.productIterator.map(value).mkString("(", ",", ")")
+  }
+
+  // Swapping the two operands never changes these results; regrouping could (overflow, rounding),
+  // so only And/Or are flattened.
+  private val Commutative = Set("Add", "Multiply", "EqualTo", "EqualNullSafe", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+
+  private def flatten(e: Expression, cls: Class[_]): Seq[Expression] =
+    if (e.getClass == cls) e.children.flatMap(flatten(_, cls)) else Seq(e)
+
+  private def literalText(l: Literal): String =
+    try l.sql catch { case _: Exception => value(l.value) }
+
+  private def value(v: Any): String = v match {
+    case null => "null"
+    case e: Expression => expression(e)
+    case p: LogicalPlan => subquery(p, this)
+    case id: ExprId => s"d${local(id)}"
+    case t: DataType => t.json
+    case s: String => Canonical.quote(s)
+    case s: UTF8String => Canonical.quote(s.toString)
+    case _: Boolean | _: Byte | _: Short | _: Int | _: Long | _: Float | _: Double | _: Char => v.toString
+    case None => "none"
+    case Some(x) => s"some(${value(x)})"
+    case m: scala.collection.Map[_, _] =>
+      m.toSeq.map { case (k, x) => s"${value(k)}=${value(x)}" }.sorted.mkString("map(", ",", ")")
+    case s: Iterable[_] => s.map(value).mkString("[", ",", "]")
+    case a: Array[_] => a.map(value).mkString("[", ",", "]")
+    case e: Enumeration#Value => e.toString
+    case e: java.lang.Enum[_] => e.getDeclaringClass.getName + "." + e.name
+    case c: Class[_] => c.getName
+    case p: Product => p.getClass.getName + p.productIterator.map(value).mkString("(", ",", ")")
+    case other =>
+      throw new NoKey(s"${node.nodeName} holds a ${other.getClass.getName}, which has no stable identity")
+  }
+}

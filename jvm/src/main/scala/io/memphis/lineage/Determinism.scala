@@ -1,0 +1,57 @@
+package io.memphis.lineage
+
+import org.apache.spark.sql.catalyst.expressions.{Expression, Literal, Rand, Randn}
+import org.apache.spark.sql.catalyst.plans.logical._
+
+/**
+ * Which plans may have a key. Spark's own `deterministic` flag decides, with two corrections:
+ *  - seeded `rand(s)`/`randn(s)` and `sample(seed)` repeat their values for the same input
+ *    partitions, so they are allowed when every operator below keeps the rows of a scan in their
+ *    order (no shuffle, whose arrival order varies); the key then records the partitioning confs;
+ *  - functions Spark treats as constants within a query but that change between queries
+ *    (current time and date, current user, catalog and database) are refused.
+ */
+object Determinism {
+  // By simple class name: these classes move between Spark versions, their names do not.
+  private val ContextDependent = Set("CurrentTimestamp", "Now", "CurrentDate", "CurrentTime", "LocalTimestamp",
+    "CurrentTimeZone", "CurrentUser", "SessionUser", "CurrentDatabase", "CurrentCatalog", "CurrentBatchTimestamp")
+
+  /** Why `e` (an expression of `node`) rules out a key, if it does. */
+  def refusal(e: Expression): Option[String] =
+    e.collectFirst { case c if ContextDependent.contains(c.getClass.getSimpleName) => c }
+      .map(c => s"${c.prettyName}() changes between queries")
+      .orElse {
+        val withoutSeeded = e.transform { case r if isSeededRandom(r) => Literal(0.0) }
+        if (withoutSeeded.deterministic) None
+        else {
+          val culprit = withoutSeeded.collectFirst {
+            case x if !x.deterministic && x.children.forall(_.deterministic) => x
+          }.getOrElse(withoutSeeded)
+          Some(s"${culprit.prettyName} is non-deterministic" +
+            (if (isUnseededRandom(culprit)) " (no seed)" else ""))
+        }
+      }
+
+  def isSeededRandom(e: Expression): Boolean = e match {
+    case r: Rand => !r.hideSeed && r.child.foldable
+    case r: Randn => !r.hideSeed && r.child.foldable
+    case _ => false
+  }
+
+  private def isUnseededRandom(e: Expression): Boolean = e match {
+    case r: Rand => r.hideSeed
+    case r: Randn => r.hideSeed
+    case _ => false
+  }
+
+  /** Whether `node` draws seeded random values whose order depends on its input's row order. */
+  def usesSeededRandom(node: LogicalPlan): Boolean =
+    node.isInstanceOf[Sample] || node.expressions.exists(_.exists(isSeededRandom))
+
+  /** Operators that keep a scan's rows in order, partition by partition. */
+  def keepsScanOrder(plan: LogicalPlan): Boolean = plan match {
+    case _: Project | _: Filter | _: SubqueryAlias | _: View | _: LocalLimit | _: Sample => plan.children.forall(keepsScanOrder)
+    case _: LeafNode => true
+    case _ => false
+  }
+}

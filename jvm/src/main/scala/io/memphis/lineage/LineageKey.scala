@@ -1,0 +1,179 @@
+package io.memphis.lineage
+
+import java.util.IdentityHashMap
+
+import scala.collection.mutable.ArrayBuffer
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.spark.sql.catalyst.expressions.{Alias, AttributeReference, NamedExpression, UnsafeProjection}
+import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
+import org.apache.spark.sql.types.{StructField, StructType}
+
+/**
+ * The identity of a subplan's result: equal keys mean equal results.
+ *
+ * `hash` (128 bits of SHA-256, hex) is a Merkle hash over the node's canonical text (`local`,
+ * see [[CanonicalForm]]), its height, the fingerprints of the sources it reads itself and its
+ * children's hashes. It is built only from content, so it is the same in every JVM. The canonical
+ * forms are kept, so that a hit can be verified ([[sameLineage]]): a hash collision never serves
+ * another plan's data. Sources are re-checked with [[sourcesUnchanged]] before a key is trusted.
+ */
+final case class LineageKey(hash: String, local: String, children: Seq[LineageKey],
+    sources: Seq[SourceFingerprint], height: Int) {
+
+  /** Equal hash and equal canonical forms all the way down. */
+  def sameLineage(other: LineageKey): Boolean =
+    (this eq other) || (hash == other.hash && height == other.height && local == other.local &&
+      sources.map(_.digest) == other.sources.map(_.digest) &&
+      children.corresponds(other.children)(_ sameLineage _))
+
+  def allSources: Seq[SourceFingerprint] = sources ++ children.flatMap(_.allSources)
+
+  /** Looks at every source again; false when any changed since the key was made. */
+  def sourcesUnchanged: Boolean = allSources.forall(s => s.recheck().digest == s.digest)
+
+  /** The canonical form as an indented tree, with the sources under the node that reads them. */
+  def explain: String = {
+    val out = new StringBuilder
+    def walk(k: LineageKey, depth: Int): Unit = {
+      out.append("  " * depth).append(k.local).append('\n')
+      k.sources.foreach(s => out.append("  " * (depth + 1)).append("source: ").append(s.describe).append('\n'))
+      k.children.foreach(walk(_, depth + 1))
+    }
+    walk(this, 0)
+    out.toString
+  }
+}
+
+/** What keys depend on besides the plan: the Hadoop conf for listings, confs that shape partitions. */
+final case class KeyContext(hadoopConf: Configuration, caseSensitive: Boolean, partitioning: String)
+
+object LineageKey {
+  /** A key, or why there is none. */
+  type Result = Either[String, LineageKey]
+
+  private val FormatVersion = "memphis-lineage-v1"
+
+  def of(plan: LogicalPlan, context: KeyContext): Result = new Builder(context).result(plan)
+
+  /** Every subplan's result, root first (transparent nodes share their child's). */
+  def ofSubplans(plan: LogicalPlan, context: KeyContext): Seq[(LogicalPlan, Result)] = {
+    val builder = new Builder(context)
+    val all = ArrayBuffer.empty[(LogicalPlan, Result)]
+    plan.foreach(p => all += p -> builder.result(p))
+    all.toSeq
+  }
+
+  private final class Builder(context: KeyContext) {
+    private val memo = new IdentityHashMap[LogicalPlan, Result]()
+
+    def result(plan: LogicalPlan): Result = {
+      val known = memo.get(plan)
+      if (known != null) known
+      else {
+        val computed = compute(plan)
+        memo.put(plan, computed)
+        computed
+      }
+    }
+
+    private def compute(plan: LogicalPlan): Result = unwrap(plan) match {
+      case p if p ne plan => result(p)
+      case _ =>
+        val children = plan.children.map(result)
+        children.collectFirst { case Left(reason) => reason } match {
+          case Some(reason) => Left(reason)
+          case None =>
+            try Right(build(plan, children.collect { case Right(k) => k }))
+            catch { case e: NoKey => Left(e.reason) }
+        }
+    }
+
+    /** Names and wrappers that do not change the result stand for what they wrap. */
+    private def unwrap(plan: LogicalPlan): LogicalPlan = plan match {
+      case s: SubqueryAlias => unwrap(s.child)
+      case v: View => unwrap(v.child)
+      case p: Project if p.projectList.map(renamed) == p.child.output => unwrap(p.child)
+      case _ => plan
+    }
+
+    private def renamed(e: NamedExpression): NamedExpression = e match {
+      case Alias(a: AttributeReference, _) => a
+      case other => other
+    }
+
+    private def build(plan: LogicalPlan, children: Seq[LineageKey]): LineageKey = {
+      val sources = ArrayBuffer.empty[SourceFingerprint]
+      val local = text(plan, None, sources, i => "$" + i)
+      val height = children.map(_.height).foldLeft(0)(math.max) + 1
+      val parts = Seq(FormatVersion, local, height.toString) ++ sources.map(_.digest) ++ children.map(_.hash)
+      LineageKey(Canonical.sha(parts.map(p => s"${p.length}:$p").mkString), local, children, sources.toSeq, height)
+    }
+
+    /** One node's canonical text; throws [[NoKey]] when it cannot have a key. */
+    private def text(plan: LogicalPlan, outer: Option[CanonicalForm], sources: ArrayBuffer[SourceFingerprint],
+        child: Int => String): String = {
+      plan.expressions.flatMap(Determinism.refusal).headOption.foreach(r => throw new NoKey(r))
+      val own = plan match {
+        case leaf: LeafNode => leafText(leaf, sources)
+        case _ => new CanonicalForm(plan, outer, (p, scope) => inline(p, scope, sources)).text(child)
+      }
+      if (!Determinism.usesSeededRandom(plan)) own
+      else if (plan.children.forall(Determinism.keepsScanOrder)) s"$own partitioning(${context.partitioning})"
+      else throw new NoKey(s"seeded random values in ${plan.nodeName} over a shuffled input depend on row arrival order")
+    }
+
+    /** A subquery's plan written out in full inside the node that holds it (its sources count there). */
+    private def inline(plan: LogicalPlan, outer: CanonicalForm, sources: ArrayBuffer[SourceFingerprint]): String = {
+      val p = unwrap(plan)
+      text(p, Some(outer), sources, i => inline(p.children(i), outer, sources))
+    }
+
+    // Positions and types: names of a scan's columns are in its schema, a local relation's do not matter.
+    private def output(attrs: Seq[AttributeReference]): String = attrs.map(_.dataType.json).mkString("[", ",", "]")
+
+    private def leafText(leaf: LeafNode, sources: ArrayBuffer[SourceFingerprint]): String = leaf match {
+      case l: LogicalRelation => l.relation match {
+        case fs: HadoopFsRelation =>
+          sources += FileListing.of(fs.location.rootPaths.map(_.toString), context.hadoopConf)
+          val options = fs.options.toSeq.map { case (k, v) => s"${Canonical.quote(k.toLowerCase)}=${Canonical.quote(v)}" }
+          s"files(${fs.fileFormat.getClass.getName},data=${fs.dataSchema.json},partition=${fs.partitionSchema.json}," +
+            s"bucket=${fs.bucketSpec.map(b => Canonical.quote(b.toString)).getOrElse("none")}," +
+            s"options=${options.sorted.mkString("[", ",", "]")},caseSensitive=${context.caseSensitive}," +
+            s"out=${output(l.output)})"
+        case other => throw new NoKey(s"source ${other.getClass.getName} has no fingerprint")
+      }
+      case r: LocalRelation =>
+        val project = UnsafeProjection.create(StructType(r.output.map(a => StructField(a.name, a.dataType, a.nullable))))
+        val rows = r.data.iterator.map { row =>
+          val bytes = project(row).getBytes
+          s"${bytes.length}:${bytes.map(b => f"${b & 0xff}%02x").mkString}"
+        }
+        sources += LocalContent(r.data.size, Canonical.sha(rows.mkString(",")))
+        s"local(out=${output(r.output.collect { case a: AttributeReference => a })})"
+      case r: DataSourceV2Relation => tableText(r, sources)
+      case _: Range | _: OneRowRelation => new CanonicalForm(leaf, None, (_, _) => "").text(_ => "")
+      case other => throw new NoKey(s"source ${other.nodeName} has no fingerprint")
+    }
+
+    private def tableText(r: DataSourceV2Relation, sources: ArrayBuffer[SourceFingerprint]): String = {
+      val id = Option(r.table.id())
+      val version = Option(r.table.version())
+      if (id.isEmpty || version.isEmpty) {
+        throw new NoKey(s"table ${r.table.name()} names no id and version")
+      }
+      val reload = () => for {
+        catalog <- r.catalog
+        ident <- r.identifier
+        v <- scala.util.Try(catalog.asInstanceOf[org.apache.spark.sql.connector.catalog.TableCatalog]
+          .loadTable(ident).version()).toOption
+      } yield v
+      sources += TableVersion(r.table.getClass.getName, id.get, version.get)(reload)
+      val options = r.options.asCaseSensitiveMap().entrySet().toArray.map(_.toString).sorted
+      s"table(options=${options.map(Canonical.quote).mkString("[", ",", "]")}," +
+        s"out=${output(r.output.collect { case a: AttributeReference => a })})"
+    }
+  }
+}

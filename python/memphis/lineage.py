@@ -1,0 +1,33 @@
+"""Lineage keys of DataFrames: the identity of a result, as the JVM side computes it."""
+from typing import Optional
+
+from memphis import _jvm
+
+
+def lineage_key(df) -> Optional[str]:
+    """The lineage key of ``df``'s result (32 hex digits), or ``None`` when it has none.
+
+    Equal keys mean equal results: the key covers the canonical form of the analyzed plan (column
+    ids and alias names normalized, commutative operands ordered), the sources' fingerprints (file
+    listings, table versions, local data) and nothing that depends on the JVM. A plan with a
+    non-deterministic part (unseeded ``rand()``, ``uuid()``, ``current_timestamp()``, …) or an
+    unknown source has none; :func:`explain_key` says why.
+
+    Examples
+    --------
+    >>> df = spark.range(100).selectExpr("id * 2 AS x")  # doctest: +SKIP
+    >>> memphis.lineage_key(df) == memphis.lineage_key(spark.range(100).selectExpr("2 * id AS y"))  # doctest: +SKIP
+    True
+    """
+    return _jvm.facade(df.sparkSession).lineageKey(df._jdf)
+
+
+def explain_key(df) -> str:
+    """The key of ``df`` with its canonical form and source fingerprints, or the reason it has none.
+
+    Examples
+    --------
+    >>> print(memphis.explain_key(spark.range(3).selectExpr("uuid()")))  # doctest: +SKIP
+    no lineage key: uuid is non-deterministic
+    """
+    return _jvm.facade(df.sparkSession).explainKey(df._jdf)
