@@ -40,7 +40,7 @@ private[lineage] final class CanonicalForm(node: LogicalPlan, outer: Option[Cano
   /** The node's text, with `child(i)` standing for its i-th child. */
   def text(child: Int => String): String = {
     val childIndex = node.children.zipWithIndex.toMap
-    node.getClass.getName + node.productIterator.map {
+    name(node) + node.productIterator.map {
       case p: LogicalPlan if childIndex.contains(p) => child(childIndex(p))
       case v => value(v)
     }.mkString("(", ",", ")")
@@ -61,17 +61,23 @@ private[lineage] final class CanonicalForm(node: LogicalPlan, outer: Option[Cano
         s"${u.children.map(expression).mkString("[", ",", "]")})"
     case _ if e.isInstanceOf[And] || e.isInstanceOf[Or] =>
       val parts = flatten(e, e.getClass).map(expression).sorted
-      s"${e.getClass.getName}${parts.mkString("[", ",", "]")}"
+      s"${name(e)}${parts.mkString("[", ",", "]")}"
     case b: BinaryExpression if Commutative.contains(b.getClass.getSimpleName) =>
       val operands = Seq(expression(b.left), expression(b.right)).sorted
       val others = b.productIterator.filterNot(v => (v.asInstanceOf[AnyRef] eq b.left) || (v.asInstanceOf[AnyRef] eq b.right))
-      s"${b.getClass.getName}(${(others.map(value).toSeq ++ operands).mkString(",")})"
-    case other => other.getClass.getName + other.productIterator.map(value).mkString("(", ",", ")")
+      s"${name(b)}(${(others.map(value).toSeq ++ operands).mkString(",")})"
+    case other => name(other) + other.productIterator.map(value).mkString("(", ",", ")")
   }
 
   // Swapping the two operands never changes these results; regrouping could (overflow, rounding),
   // so only And/Or are flattened.
   private val Commutative = Set("Add", "Multiply", "EqualTo", "EqualNullSafe", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+
+  /** Class names without Spark's common package prefix: shorter forms, still unambiguous. */
+  private def name(x: AnyRef): String = {
+    val full = x.getClass.getName
+    if (full.startsWith(CanonicalForm.SparkSql)) full.substring(CanonicalForm.SparkSql.length) else full
+  }
 
   private def flatten(e: Expression, cls: Class[_]): Seq[Expression] =
     if (e.getClass == cls) e.children.flatMap(flatten(_, cls)) else Seq(e)
@@ -97,8 +103,12 @@ private[lineage] final class CanonicalForm(node: LogicalPlan, outer: Option[Cano
     case e: Enumeration#Value => e.toString
     case e: java.lang.Enum[_] => e.getDeclaringClass.getName + "." + e.name
     case c: Class[_] => c.getName
-    case p: Product => p.getClass.getName + p.productIterator.map(value).mkString("(", ",", ")")
+    case p: Product => name(p.asInstanceOf[AnyRef]) + p.productIterator.map(value).mkString("(", ",", ")")
     case other =>
       throw new NoKey(s"${node.nodeName} holds a ${other.getClass.getName}, which has no stable identity")
   }
+}
+
+private object CanonicalForm {
+  val SparkSql = "org.apache.spark.sql."
 }

@@ -18,7 +18,8 @@ object Determinism {
 
   /** Why `e` (an expression of `node`) rules out a key, if it does. */
   def refusal(e: Expression): Option[String] =
-    e.collectFirst { case c if ContextDependent.contains(c.getClass.getSimpleName) => c }
+    if (e.deterministic && !e.exists(c => ContextDependent.contains(c.getClass.getSimpleName))) None
+    else e.collectFirst { case c if ContextDependent.contains(c.getClass.getSimpleName) => c }
       .map(c => s"${c.prettyName}() changes between queries")
       .orElse {
         val withoutSeeded = e.transform { case r if isSeededRandom(r) => Literal(0.0) }

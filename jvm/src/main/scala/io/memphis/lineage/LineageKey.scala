@@ -47,8 +47,13 @@ final case class LineageKey(hash: String, local: String, children: Seq[LineageKe
   }
 }
 
-/** What keys depend on besides the plan: the Hadoop conf for listings, confs that shape partitions. */
-final case class KeyContext(hadoopConf: Configuration, caseSensitive: Boolean, partitioning: String)
+/**
+ * What keys depend on besides the plan: the Hadoop conf for listings (made only when a file
+ * source needs it: copying it costs milliseconds), confs that shape partitions.
+ */
+final class KeyContext(newHadoopConf: () => Configuration, val caseSensitive: Boolean, val partitioning: String) {
+  lazy val hadoopConf: Configuration = newHadoopConf()
+}
 
 object LineageKey {
   /** A key, or why there is none. */

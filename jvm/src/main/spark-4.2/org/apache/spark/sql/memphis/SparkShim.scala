@@ -52,7 +52,7 @@ object SparkShim {
   def keyContext(session: SparkSession): KeyContext = {
     val conf = sqlConf(session)
     val state = session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState
-    KeyContext(state.newHadoopConf(), conf.caseSensitiveAnalysis,
+    new KeyContext(() => state.newHadoopConf(), conf.caseSensitiveAnalysis,
       s"parallelism=${session.sparkContext.defaultParallelism},maxPartitionBytes=${conf.filesMaxPartitionBytes}," +
         s"openCost=${conf.filesOpenCostInBytes},minPartitions=${conf.filesMinPartitionNum}")
   }

@@ -1,0 +1,105 @@
+"""What a lineage key costs next to the planning it rides on.
+
+    python benchmarks/lineage_keys.py [--repeats 30] [--files 10000]
+
+For plans of 10, 100 and 1 000 operators, and for a text source of 10 000 files, times (median of
+repeats, in one process) memphis computing the key and Spark analyzing, then fully planning, the
+same plan (for the files: Spark listing them to build the DataFrame). Each goes through one py4j
+call. Writes
+benchmarks/results/lineage_keys.json and .md.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from pyspark.sql import functions as F
+from tqdm import tqdm
+
+import memphis
+from memphis.bench import environment
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def median_ms(action, repeats):
+    for _ in range(5):  # warm-up: class loading and JIT
+        action()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def plan_of(spark, operators):
+    """A chain of `operators` projections and filters over a range: one plan node each."""
+    df = spark.range(1000).select(F.col("id").alias("x"))
+    for i in range(operators - 1):
+        df = df.where(F.col("x") > -i) if i % 2 else df.select((F.col("x") + 1).alias("x"))
+    return df
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--files", type=int, default=10_000)
+    args = parser.parse_args(argv)
+
+    spark = memphis.session("local[2]", app_name="memphis-bench-keys", **{"spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    jvm, jsession = spark._jvm, spark._jsparkSession
+    rows = []
+    try:
+        for operators in tqdm([10, 100, 1000], desc="plans", file=sys.stderr):
+            df = plan_of(spark, operators)
+            logical = df._jdf.queryExecution().logical()
+            dataset = jvm.org.apache.spark.sql.classic.Dataset
+            analysis = median_ms(lambda: dataset.ofRows(jsession, logical), args.repeats)
+            planning = median_ms(lambda: dataset.ofRows(jsession, logical).queryExecution().executedPlan(),
+                                 args.repeats)
+            key = median_ms(lambda: memphis.lineage_key(df), args.repeats)
+            assert memphis.lineage_key(df) is not None
+            case = f"plan of {operators} operators"
+            rows.append({"case": case, "key_ms": key, "spark_ms": analysis, "spark_does": "analysis"})
+            rows.append({"case": case, "key_ms": key, "spark_ms": planning,
+                         "spark_does": "analysis + optimization + physical planning"})
+
+        with tempfile.TemporaryDirectory(prefix="memphis-bench-files-") as directory:
+            for i in tqdm(range(args.files), desc="writing files", file=sys.stderr):
+                with open(os.path.join(directory, f"part-{i:05d}.txt"), "w") as f:
+                    f.write(f"{i}\n")
+            reader = spark.read.schema("value string")
+            listing = median_ms(lambda: reader.text(directory), args.repeats)
+            df = reader.text(directory)
+            key = median_ms(lambda: memphis.lineage_key(df), args.repeats)
+            rows.append({"case": f"text source of {args.files} files", "key_ms": key, "spark_ms": listing,
+                         "spark_does": "listing (DataFrame creation)"})
+
+        env = environment(spark)
+    finally:
+        spark.stop()
+
+    for row in rows:
+        row["ratio"] = row["key_ms"] / row["spark_ms"]
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "lineage_keys.json"), "w") as f:
+        json.dump({"environment": env, "repeats": args.repeats, "rows": rows}, f, indent=2)
+    lines = ["| case | key ms | Spark ms | Spark does | key / Spark |", "|---|---|---|---|---|"]
+    lines += [f"| {r['case']} | {r['key_ms']:.1f} | {r['spark_ms']:.1f} | {r['spark_does']} | {r['ratio']:.2f} |"
+              for r in rows]
+    table = "\n".join(lines) + "\n"
+    command = "python benchmarks/lineage_keys.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    with open(os.path.join(RESULTS, "lineage_keys.md"), "w") as f:
+        f.write(f"`{command.strip()}` on {env['cpus']} CPUs, Spark {env['spark']}, Java {env['java']}, "
+                f"median of {args.repeats}\n\n{table}")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
