@@ -142,7 +142,9 @@ object LineageKey {
     private def leafText(leaf: LeafNode, sources: ArrayBuffer[SourceFingerprint]): String = leaf match {
       case l: LogicalRelation => l.relation match {
         case fs: HadoopFsRelation =>
-          sources += FileListing.of(fs.location.rootPaths.map(_.toString), context.hadoopConf)
+          val roots = fs.location.rootPaths.map(_.toString)
+          sources += DeltaVersion.of(fs.location, roots, context.hadoopConf)
+            .getOrElse(FileListing.of(roots, context.hadoopConf))
           val options = fs.options.toSeq.map { case (k, v) => s"${Canonical.quote(k.toLowerCase)}=${Canonical.quote(v)}" }
           s"files(${fs.fileFormat.getClass.getName},data=${fs.dataSchema.json},partition=${fs.partitionSchema.json}," +
             s"bucket=${fs.bucketSpec.map(b => Canonical.quote(b.toString)).getOrElse("none")}," +

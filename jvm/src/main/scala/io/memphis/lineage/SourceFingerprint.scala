@@ -85,3 +85,51 @@ private[lineage] object Canonical {
   def sha(bytes: Array[Byte]): String =
     MessageDigest.getInstance("SHA-256").digest(bytes).take(16).map(b => f"${b & 0xff}%02x").mkString
 }
+
+/**
+ * A Delta table: its id and the version a read resolves to. A time-travel read is pinned to its
+ * version; a latest read resolves to the newest commit in `_delta_log`, listed directly (not
+ * through Delta's cached snapshot), so writers in other processes are seen.
+ */
+final case class DeltaVersion(path: String, tableId: String, version: Long, pinned: Boolean)(
+    hadoopConf: Configuration) extends SourceFingerprint {
+  def digest: String = s"delta(${Canonical.quote(path)};${Canonical.quote(tableId)};v=$version)"
+  def describe: String = s"Delta table $path (id $tableId) at version $version" + (if (pinned) ", pinned" else "")
+  def recheck(): SourceFingerprint =
+    if (pinned) this else copy(version = DeltaVersion.latestVersion(path, hadoopConf))(hadoopConf)
+}
+
+object DeltaVersion {
+  private val Commit = """(\d{20})\.json""".r
+
+  /**
+   * The version of a Delta file index (found by reflection, so the jar needs no Delta at compile
+   * time), or None when `location` is not Delta's. A Delta index whose version cannot be read has
+   * no fingerprint: treating it as plain files could confuse a pinned read with a latest one.
+   */
+  def of(location: AnyRef, rootPaths: Seq[String], hadoopConf: Configuration): Option[DeltaVersion] = {
+    if (!location.getClass.getName.startsWith("org.apache.spark.sql.delta.")) return None
+    def call(target: AnyRef, method: String): Option[AnyRef] =
+      scala.util.Try(target.getClass.getMethod(method).invoke(target)).toOption.flatMap(Option(_))
+    val snapshot = call(location, "snapshotAtAnalysis")
+    val pinned = call(location, "isTimeTravelQuery").contains(java.lang.Boolean.TRUE)
+    val path = rootPaths match {
+      case Seq(only) => only
+      case other => throw new NoKey(s"a Delta index over ${other.size} root paths")
+    }
+    val tableId = snapshot.flatMap(call(_, "metadata")).flatMap(call(_, "id")).map(_.toString).getOrElse(path)
+    val version =
+      if (pinned) snapshot.flatMap(call(_, "version")).map(_.asInstanceOf[java.lang.Long].longValue)
+        .getOrElse(throw new NoKey(s"the pinned version of Delta table $path could not be read"))
+      else latestVersion(path, hadoopConf)
+    Some(DeltaVersion(path, tableId, version, pinned)(hadoopConf))
+  }
+
+  /** The newest commit in `_delta_log`; -1 when there is none (not a Delta table yet). */
+  def latestVersion(path: String, hadoopConf: Configuration): Long = {
+    val log = new Path(path, "_delta_log")
+    val fs = log.getFileSystem(hadoopConf)
+    val names = try fs.listStatus(log).map(_.getPath.getName) catch { case _: java.io.FileNotFoundException => Array.empty[String] }
+    names.collect { case Commit(n) => n.toLong }.foldLeft(-1L)(math.max)
+  }
+}

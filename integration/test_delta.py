@@ -1,0 +1,57 @@
+"""Delta tables written by another process: the key of a latest read follows, a pinned read stays."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DELTA_JARS = sorted(glob.glob(os.path.join(HERE, "..", "jvm", "target", "delta-jars", "*.jar")))
+
+DELTA_CONFS = """
+from pyspark.sql import SparkSession
+builder = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+           .config("spark.jars", JARS)
+           .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+           .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
+"""
+
+WRITER = DELTA_CONFS + """
+import sys
+spark = builder.getOrCreate()  # a plain Delta job: no memphis
+spark.range(int(sys.argv[2]), int(sys.argv[3])).write.format("delta").mode(sys.argv[4]).save(sys.argv[1])
+"""
+
+READER = DELTA_CONFS + """
+import json, subprocess, sys
+import memphis
+spark = memphis.configure_spark(builder).getOrCreate()
+path, writer = sys.argv[1], sys.argv[2]
+spark.range(100).write.format("delta").save(path)
+latest = spark.read.format("delta").load(path).where("id > 10")
+pinned = spark.read.format("delta").option("versionAsOf", 0).load(path).where("id > 10")
+seen = {"latest": memphis.lineage_key(latest), "pinned": memphis.lineage_key(pinned)}
+subprocess.run([sys.executable, "-c", writer, path, "100", "130", "append"], check=True, capture_output=True)
+seen["latest_after"] = memphis.lineage_key(latest)  # the same DataFrame, built before the append
+seen["pinned_after"] = memphis.lineage_key(spark.read.format("delta").option("versionAsOf", 0).load(path).where("id > 10"))
+seen["counts"] = [latest.count(), pinned.count()]
+seen["explain"] = memphis.explain_key(latest)
+seen["explain_pinned"] = [memphis.explain_key(pinned), memphis.explain_key(spark.read.format("delta").option("versionAsOf", 0).load(path).where("id > 10"))]
+print(json.dumps(seen))
+"""
+
+
+def test_append_by_another_process(tmp_path):
+    assert len(DELTA_JARS) == 2, "the Maven build copies the Delta jars to jvm/target/delta-jars"
+    jars = ",".join(os.path.abspath(j) for j in DELTA_JARS)
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    result = subprocess.run([sys.executable, "-c", READER.replace("JARS", repr(jars)), str(tmp_path / "table"),
+                             WRITER.replace("JARS", repr(jars))], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["latest"] == seen["pinned"] is not None  # version 0 is the latest at first
+    assert seen["latest_after"] not in (None, seen["latest"])
+    assert seen["pinned_after"] == seen["pinned"], seen["explain_pinned"]
+    assert seen["latest_after"] != seen["pinned_after"], "a pinned read must not share a latest read's key"
+    assert seen["counts"] == [119, 89]
+    assert "at version 1" in seen["explain"]
