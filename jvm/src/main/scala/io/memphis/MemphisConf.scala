@@ -38,7 +38,13 @@ object MemphisConf {
     "Upper bound on the bytes memphis keeps in Spark storage, on top of storage.fraction.")(
     parseBytes)
 
-  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes)
+  val LineageMaxListedFiles: Entry[Int] = Entry(
+    Prefix + "lineage.maxListedFiles", "100000", "a whole number from 1 to 100000000",
+    "Most files memphis lists to fingerprint one file source; a larger source gets no lineage key " +
+      "(it is not reused), so that a key never costs more than a bounded listing.")(
+    v => v.trim.toIntOption.filter(n => n >= 1 && n <= 100000000))
+
+  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, LineageMaxListedFiles)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))

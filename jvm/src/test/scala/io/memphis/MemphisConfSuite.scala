@@ -27,6 +27,9 @@ class MemphisConfSuite extends AnyFunSuite {
       assert(msg.contains(s"spark.memphis.storage.fraction=$bad"), msg)
       assert(msg.contains("greater than 0 and at most 1"), msg)
     }
+    for (bad <- Seq("0", "-5", "2.5", "1e9")) {
+      assert(rejection("spark.memphis.lineage.maxListedFiles" -> bad).contains("a whole number from 1"), bad)
+    }
     for (bad <- Seq("-1", "12 apples", "1.5g", "99999999999p")) {
       assert(rejection("spark.memphis.storage.maxBytes" -> bad).contains("a byte size"), bad)
     }

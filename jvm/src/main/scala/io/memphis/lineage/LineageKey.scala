@@ -32,7 +32,7 @@ final case class LineageKey(hash: String, local: String, children: Seq[LineageKe
   def allSources: Seq[SourceFingerprint] = sources ++ children.flatMap(_.allSources)
 
   /** Looks at every source again; false when any changed since the key was made. */
-  def sourcesUnchanged: Boolean = allSources.forall(s => s.recheck().digest == s.digest)
+  def sourcesUnchanged: Boolean = allSources.forall(s => Unavailable.unless(s.recheck()).digest == s.digest)
 
   /** The canonical form as an indented tree, with the sources under the node that reads them. */
   def explain: String = {
@@ -51,7 +51,8 @@ final case class LineageKey(hash: String, local: String, children: Seq[LineageKe
  * What keys depend on besides the plan: the Hadoop conf for listings (made only when a file
  * source needs it: copying it costs milliseconds), confs that shape partitions.
  */
-final class KeyContext(newHadoopConf: () => Configuration, val caseSensitive: Boolean, val partitioning: String) {
+final class KeyContext(newHadoopConf: () => Configuration, val caseSensitive: Boolean, val partitioning: String,
+    val maxListedFiles: Int) {
   lazy val hadoopConf: Configuration = newHadoopConf()
 }
 
@@ -144,7 +145,7 @@ object LineageKey {
         case fs: HadoopFsRelation =>
           val roots = fs.location.rootPaths.map(_.toString)
           sources += DeltaVersion.of(fs.location, roots, context.hadoopConf)
-            .getOrElse(FileListing.of(roots, context.hadoopConf))
+            .getOrElse(FileListing.of(roots, context.hadoopConf, context.maxListedFiles))
           val options = fs.options.toSeq.map { case (k, v) => s"${Canonical.quote(k.toLowerCase)}=${Canonical.quote(v)}" }
           s"files(${fs.fileFormat.getClass.getName},data=${fs.dataSchema.json},partition=${fs.partitionSchema.json}," +
             s"bucket=${fs.bucketSpec.map(b => Canonical.quote(b.toString)).getOrElse("none")}," +

@@ -20,43 +20,56 @@ sealed trait SourceFingerprint {
 }
 
 /**
- * Files under Spark's root paths: sorted (path, size, modification time) of a recursive listing.
- * Hidden files (`.` or `_` prefix) are skipped as Spark skips them, except `_delta_log`, so that a
- * Delta commit changes the fingerprint even before Delta-specific keys exist.
+ * Files under Spark's root paths: sorted (path, size, modification time) of a fresh recursive
+ * listing. Spark's own listing is not reused: it is cached when the DataFrame is made and cannot
+ * see writers outside Spark, which is what this check is for. Hidden files (`.` or `_` prefix) are
+ * skipped, as Spark skips them. Delta tables get [[DeltaVersion]] instead.
  */
 final case class FileListing(rootPaths: Seq[String], files: Int, listingHash: String)(
-    hadoopConf: Configuration) extends SourceFingerprint {
+    hadoopConf: Configuration, maxFiles: Int) extends SourceFingerprint {
   def digest: String = s"files(${rootPaths.map(Canonical.quote).mkString(",")};n=$files;$listingHash)"
   def describe: String = s"${rootPaths.mkString(", ")}: $files files, listing $listingHash"
-  def recheck(): SourceFingerprint = FileListing.of(rootPaths, hadoopConf)
+  def recheck(): SourceFingerprint = Unavailable.unless(FileListing.of(rootPaths, hadoopConf, maxFiles))
 }
 
 object FileListing {
-  def of(rootPaths: Seq[String], hadoopConf: Configuration): FileListing = {
+  /** Lists afresh; more than `maxFiles` files means no key (a listing must stay cheap). */
+  def of(rootPaths: Seq[String], hadoopConf: Configuration, maxFiles: Int): FileListing = {
     val entries = ArrayBuffer.empty[String]
+    def collect(fs: FileSystem, status: FileStatus): Unit = {
+      if (status.isDirectory) {
+        fs.listStatus(status.getPath).foreach { child =>
+          val name = child.getPath.getName
+          if (!(name.startsWith(".") || name.startsWith("_"))) collect(fs, child)
+        }
+      } else {
+        entries += s"${Canonical.quote(status.getPath.toUri.getPath)} ${status.getLen} ${status.getModificationTime}"
+        if (entries.size > maxFiles) {
+          throw new NoKey(s"more than $maxFiles files under ${rootPaths.mkString(", ")} (spark.memphis.lineage.maxListedFiles)")
+        }
+      }
+    }
     rootPaths.sorted.foreach { root =>
       val path = new Path(root)
       val fs = path.getFileSystem(hadoopConf)
-      val status = try Some(fs.getFileStatus(path)) catch { case _: java.io.FileNotFoundException => None }
-      status match {
-        case None => entries += s"missing ${Canonical.quote(root)}"
-        case Some(s) => collect(fs, s, entries)
-      }
+      try collect(fs, fs.getFileStatus(path))
+      catch { case _: java.io.FileNotFoundException => entries += s"missing ${Canonical.quote(root)}" }
     }
     val sorted = entries.sorted
-    FileListing(rootPaths.sorted, sorted.size, Canonical.sha(sorted.mkString("\n")))(hadoopConf)
+    FileListing(rootPaths.sorted, sorted.size, Canonical.sha(sorted.mkString("\n")))(hadoopConf, maxFiles)
   }
+}
 
-  private def collect(fs: FileSystem, status: FileStatus, into: ArrayBuffer[String]): Unit = {
-    if (status.isDirectory) {
-      fs.listStatus(status.getPath).foreach { child =>
-        val name = child.getPath.getName
-        if (!(name.startsWith(".") || name.startsWith("_")) || name == "_delta_log") collect(fs, child, into)
-      }
-    } else {
-      into += s"${Canonical.quote(status.getPath.toUri.getPath)} ${status.getLen} ${status.getModificationTime}"
-    }
-  }
+/** A source that can no longer be fingerprinted: never equal to what it was. */
+final case class Unavailable(reason: String) extends SourceFingerprint {
+  def digest: String = s"unavailable(${Canonical.quote(reason)})"
+  def describe: String = s"unavailable: $reason"
+  def recheck(): SourceFingerprint = this
+}
+
+object Unavailable {
+  def unless(fingerprint: => SourceFingerprint): SourceFingerprint =
+    try fingerprint catch { case e: NoKey => Unavailable(e.reason) }
 }
 
 /** Rows of a local relation, by content. */
@@ -72,7 +85,7 @@ final case class TableVersion(tableClass: String, id: String, version: String)(r
   def digest: String = s"table(${Canonical.quote(tableClass)};${Canonical.quote(id)};${Canonical.quote(version)})"
   def describe: String = s"table $id ($tableClass) at version $version"
   def recheck(): SourceFingerprint =
-    TableVersion(tableClass, id, reload().getOrElse("unavailable"))(reload)
+    reload().map(v => TableVersion(tableClass, id, v)(reload)).getOrElse(Unavailable(s"table $id could not be reloaded"))
 }
 
 private[lineage] object Canonical {

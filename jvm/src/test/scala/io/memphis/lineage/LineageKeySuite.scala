@@ -12,7 +12,8 @@ import org.scalatest.funsuite.AnyFunSuite
 class LineageKeySuite extends AnyFunSuite with BeforeAndAfterAll {
   private lazy val spark: SparkSession = SparkSession.builder().master("local[2]").appName("lineage-keys")
     .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-    .config("spark.sql.shuffle.partitions", "4").getOrCreate()
+    .config("spark.sql.shuffle.partitions", "4")
+    .config("spark.sql.catalog.versioned", classOf[VersionedTableCatalog].getName).getOrCreate()
   private lazy val dir: File = Files.createTempDirectory("memphis-keys").toFile
 
   override def afterAll(): Unit = spark.stop()
@@ -157,5 +158,35 @@ class LineageKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     val c2 = spark.sql("SELECT id FROM s o WHERE id = (SELECT max(id) FROM s i WHERE i.g = o.id)")
     assertDifferent(c1, c2)
     assertSame(c1, spark.sql("SELECT id AS z FROM s a WHERE id = (SELECT max(id) FROM s b WHERE a.g = b.g)"))
+  }
+
+  test("a DSv2 table is keyed by its id and version, re-read from its catalog") {
+    VersionedTableCatalog.put("t", Some("v1"), Seq(1L, 2L, 3L))
+    val first = key(spark.table("versioned.t").where("v > 1"))
+    assert(first.allSources.map(_.describe) == Seq(s"table id-of-t (${classOf[VersionedTable].getName}) at version v1"))
+    assert(first.sourcesUnchanged)
+    assertSame(spark.table("versioned.t").where("v > 1"), spark.table("versioned.t").where("v > 1"))
+    VersionedTableCatalog.put("t", Some("v2"), Seq(1L, 2L, 3L, 4L))
+    assert(!first.sourcesUnchanged)
+    assert(key(spark.table("versioned.t").where("v > 1")).hash != first.hash)
+    VersionedTableCatalog.put("u", None, Seq(1L))
+    assert(result(spark.table("versioned.u")).left.exists(_.contains("names no id and version")))
+  }
+
+  test("a file source larger than lineage.maxListedFiles has no key") {
+    val path = parquet("many_files", 100) // two files
+    spark.conf.set("spark.memphis.lineage.maxListedFiles", "1")
+    try assert(result(spark.read.parquet(path)).left.exists(_.contains("spark.memphis.lineage.maxListedFiles")))
+    finally spark.conf.unset("spark.memphis.lineage.maxListedFiles")
+    assert(result(spark.read.parquet(path)).isRight)
+  }
+
+  test("a DataFrame cached by the user keys as what it holds; a checkpoint has no key") {
+    val df = spark.range(100).where("id % 2 = 0")
+    val plain = key(df.groupBy(col("id") % 3).count())
+    df.cache()
+    try assert(key(df.groupBy(col("id") % 3).count()).hash == plain.hash)
+    finally df.unpersist()
+    assert(result(df.localCheckpoint()).left.exists(_.contains("LogicalRDD")))
   }
 }

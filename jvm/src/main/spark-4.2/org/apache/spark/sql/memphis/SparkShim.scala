@@ -1,6 +1,7 @@
 package org.apache.spark.sql.memphis
 
 import org.apache.spark.{SPARK_VERSION, SparkContext, SparkEnv}
+import io.memphis.MemphisConf
 import io.memphis.lineage.KeyContext
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
@@ -54,7 +55,8 @@ object SparkShim {
     val state = session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState
     new KeyContext(() => state.newHadoopConf(), conf.caseSensitiveAnalysis,
       s"parallelism=${session.sparkContext.defaultParallelism},maxPartitionBytes=${conf.filesMaxPartitionBytes}," +
-        s"openCost=${conf.filesOpenCostInBytes},minPartitions=${conf.filesMinPartitionNum}")
+        s"openCost=${conf.filesOpenCostInBytes},minPartitions=${conf.filesMinPartitionNum}",
+      MemphisConf.LineageMaxListedFiles.get(conf))
   }
 
   def localRelation(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
