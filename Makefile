@@ -24,6 +24,7 @@ test-python: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/lineage_keys.py
 
 bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --out benchmarks/results/quick

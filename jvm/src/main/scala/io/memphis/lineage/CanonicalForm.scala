@@ -39,9 +39,11 @@ private[lineage] final class CanonicalForm(node: LogicalPlan, outer: Option[Cano
 
   /** The node's text, with `child(i)` standing for its i-th child. */
   def text(child: Int => String): String = {
-    val childIndex = node.children.zipWithIndex.toMap
+    // By identity: plans compare structurally, which costs a walk of the subtree.
+    def index(p: Any): Int = node.children.indexWhere(_.asInstanceOf[AnyRef] eq p.asInstanceOf[AnyRef])
     name(node) + node.productIterator.map {
-      case p: LogicalPlan if childIndex.contains(p) => child(childIndex(p))
+      case p: LogicalPlan if index(p) >= 0 => child(index(p))
+      case ps: Seq[_] if ps.nonEmpty && ps.forall(index(_) >= 0) => ps.map(p => child(index(p))).mkString("[", ",", "]")
       case v => value(v)
     }.mkString("(", ",", ")")
   }

@@ -66,6 +66,8 @@ class LineageKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     assertDifferent(t.join(u, Seq("k"), "inner"), t.join(u, Seq("k"), "left"))
     assertDifferent(t.groupBy("k").agg(sum("id")), t.groupBy("k").agg(max("id")))
     assertDifferent(t.select(col("id") - col("k")), t.select(col("k") - col("id")))
+    assertDifferent(t.union(t.where("id > 50")), t.where("id > 50").union(t))
+    assertSame(t.union(t), spark.range(100).selectExpr("id", "id % 5 AS k").union(spark.range(100).selectExpr("id", "id % 5 AS k")))
   }
 
   test("a file copied into a Parquet directory outside Spark changes the key and the source check") {
