@@ -176,7 +176,7 @@ object LineageKey {
         catalog <- r.catalog
         ident <- r.identifier
         v <- scala.util.Try(catalog.asInstanceOf[org.apache.spark.sql.connector.catalog.TableCatalog]
-          .loadTable(ident).version()).toOption
+          .loadTable(ident).version()).toOption.flatMap(Option(_))
       } yield v
       sources += TableVersion(r.table.getClass.getName, id.get, version.get)(reload)
       val options = r.options.asCaseSensitiveMap().entrySet().toArray.map(_.toString).sorted
