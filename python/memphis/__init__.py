@@ -7,14 +7,16 @@ from memphis._jvm import EXTENSION_CLASS, jar_path
 from memphis._version import __version__
 from memphis.errors import MemphisConfigError, MemphisSetupError
 from memphis.lineage import explain_key, lineage_key
-from memphis.session import configure_spark, session, stats
+from memphis.session import clear, configure_spark, entries, session, stats
 
 __all__ = [
     "EXTENSION_CLASS",
     "MemphisConfigError",
     "MemphisSetupError",
     "__version__",
+    "clear",
     "configure_spark",
+    "entries",
     "explain_key",
     "jar_path",
     "lineage_key",

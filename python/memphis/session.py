@@ -159,3 +159,21 @@ def stats(spark) -> dict:
     0
     """
     return json.loads(_jvm.facade(spark).statsJson(spark._jsparkSession))
+
+
+def entries(spark):
+    """One row per memphis cache entry, as a pandas DataFrame (what ``memphis_cache()`` shows).
+
+    Columns: key, state (seen, to-persist, materialized, evicted, invalid), occurrences, hits,
+    misses, size_bytes, partitions_stored, partitions, height, last_access_ms, reason.
+
+    Examples
+    --------
+    >>> memphis.entries(spark)[["key", "state", "hits"]]  # doctest: +SKIP
+    """
+    return spark.sql("SELECT * FROM memphis_cache()").toPandas()
+
+
+def clear(spark) -> None:
+    """Unpersists everything memphis holds in Spark storage and forgets its entries."""
+    _jvm.facade(spark).clear(spark._jsparkSession)

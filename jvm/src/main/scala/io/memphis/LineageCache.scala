@@ -1,15 +1,37 @@
 package io.memphis
 
+import scala.collection.mutable
+
+import io.memphis.CacheStats.Counter
+import io.memphis.lineage.{LineageKey, SourceFingerprint}
+import io.memphis.reuse.{CacheEntry, EntryState, StorageListener}
 import org.apache.spark.SparkContext
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.PythonUDF
+import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.storage.StorageLevel
+import org.slf4j.LoggerFactory
 
 /**
  * The driver's lineage cache of Spark subplans. One per SparkContext, shared by its sessions, as
- * Spark's own CacheManager is. It holds the counters now; entries and policies arrive with reuse.
+ * Spark's own CacheManager is, which stores the data: memphis decides what to persist and when to
+ * let go; Spark's CacheManager holds the cached relations and substitutes them into queries.
  */
 final class LineageCache private (val sparkContext: SparkContext) {
+  import LineageCache.log
+
   val stats = new CacheStats
+
+  // Invariant: `entries` (by key hash) and `byRdd` (cached RDD id -> entry) change only under this
+  // object's lock, together with the entries' own fields; an entry is in `byRdd` exactly while it
+  // holds a cached relation (state ToPersist or Materialized).
+  private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
+  private val byRdd = mutable.Map.empty[Int, CacheEntry]
+
+  sparkContext.addSparkListener(new StorageListener(this))
 
   /**
    * Bytes of Spark storage memphis may fill: `storage.fraction` of the executors' storage memory
@@ -28,9 +50,185 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** What `memphis_stats()` shows: the counters, then the budget. */
   def statsRows(conf: SQLConf): Seq[(String, Long)] =
     stats.snapshot :+ ("storage_budget_bytes" -> storageBudgetBytes(conf))
+
+  /**
+   * Looks at one query's analyzed plan: drops entries whose sources changed, then for each
+   * candidate subplan (outermost first) counts an occurrence, persists it on its k-th, or counts a
+   * hit when it is held. Subplans under a held or just-persisted one are not computed, so not counted.
+   */
+  def consider(session: SparkSession, plan: LogicalPlan): Unit = {
+    val results = LineageKey.ofSubplans(plan, SparkShim.keyContext(session))
+    synchronized(dropStale(session, plan, results))
+    val minOccurrences = MemphisConf.MinOccurrences.get(SQLConf.get)
+    val served = mutable.Set.empty[LogicalPlan]
+    results.foreach { case (subplan, result) =>
+      if (LineageCache.isCandidate(subplan, plan) && !served.exists(_.exists(_ eq subplan))) {
+        result match {
+          case Left(reason) => decide(Counter.Refused, s"no reuse of ${subplan.nodeName}: $reason")
+          case Right(key) => synchronized {
+            if (observe(session, subplan, key, minOccurrences)) served += subplan
+          }
+        }
+      }
+    }
+  }
+
+  /** Returns true when the subplan will be served from Spark storage in this query. */
+  private def observe(session: SparkSession, subplan: LogicalPlan, key: LineageKey, minOccurrences: Int): Boolean = {
+    val now = System.currentTimeMillis()
+    entries.get(key.hash).filter(_.key.sameLineage(key)) match {
+      case None =>
+        val e = new CacheEntry(key, now)
+        entries(key.hash) = e
+        forgetOldestSeen()
+        decide(Counter.Misses, s"seen ${key.hash}: first occurrence")
+        if (minOccurrences <= 1) persist(session, e, subplan) else false
+      case Some(e) if EntryState.Holding.contains(e.state) && SparkShim.cachedRelation(session, subplan).map(_.id) == e.rddId =>
+        e.occurrences += 1
+        e.hits += 1
+        e.lastAccess = now
+        decide(Counter.Hits, s"reuse ${key.hash} (${e.state}, hit ${e.hits})")
+        true
+      case Some(e) =>
+        e.occurrences += 1
+        e.lastAccess = now
+        if (e.state == EntryState.Evicted) e.misses += 1
+        decide(Counter.Misses, s"miss ${key.hash} (${e.state}, occurrence ${e.occurrences})")
+        if (e.occurrences >= minOccurrences) persist(session, e, subplan) else false
+    }
+  }
+
+  /** Keeps the entries that only remember (seen, evicted, invalid) to a bounded number, oldest out. */
+  private def forgetOldestSeen(): Unit = {
+    val remembered = entries.values.filterNot(e => EntryState.Holding.contains(e.state))
+    val excess = remembered.size - LineageCache.MaxRemembered
+    if (excess > 0) remembered.toSeq.sortBy(_.lastAccess).take(excess).foreach(e => entries.remove(e.key.hash))
+  }
+
+  private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan): Boolean = {
+    val cacheManager = SparkShim.cacheManager(session)
+    if (SparkShim.cachedRelation(session, subplan).isDefined) {
+      e.reason = "already cached outside memphis"
+      false
+    } else {
+      cacheManager.cacheQuery(SparkShim.classic(session), subplan, Some(s"memphis ${e.key.hash}"), StorageLevel.MEMORY_AND_DISK)
+      SparkShim.cachedRelation(session, subplan) match {
+        case Some(rdd) =>
+          e.plan = Some(subplan)
+          e.state = EntryState.ToPersist
+          e.rddId = Some(rdd.id)
+          e.partitions = rdd.getNumPartitions
+          e.stored.clear()
+          e.reason = s"occurrence ${e.occurrences}: persisted, filled by the job that needs it"
+          byRdd(rdd.id) = e
+          decide(Counter.Persisted, s"persist ${e.key.hash} (${e.reason})")
+          true
+        case None =>
+          e.reason = "Spark did not cache it"
+          false
+      }
+    }
+  }
+
+  /**
+   * Entries over a source this query reads whose fingerprint is not what it was: Spark's
+   * CacheManager matches plans, not file contents, so it would serve them stale. A source the
+   * query reads but could not fingerprint now counts as changed.
+   */
+  private def dropStale(session: SparkSession, plan: LogicalPlan, results: Seq[(LogicalPlan, LineageKey.Result)]): Unit = {
+    val held = entries.values.filter(e => EntryState.Holding.contains(e.state)).toSeq
+    if (held.nonEmpty) {
+      val present = plan.collectLeaves().flatMap(SourceFingerprint.identityOf).toSet
+      val fresh = results.collect { case (_, Right(k)) => k.sources }.flatten
+        .flatMap(s => s.identity.map(_ -> s.digest)).toMap
+      held.foreach { e =>
+        val changed = e.key.allSources.exists { s =>
+          s.identity.exists(id => present.contains(id) && !fresh.get(id).contains(s.digest))
+        }
+        if (changed) invalidate(session, e, "a source changed")
+      }
+    }
+  }
+
+  /** Unpersists `e` and every held entry built on it. */
+  private def invalidate(session: SparkSession, e: CacheEntry, why: String): Unit = {
+    val dependents = entries.values.filter(d => (d ne e) && EntryState.Holding.contains(d.state) &&
+      d.key.children.exists(LineageCache.contains(_, e.key.hash))).toSeq
+    release(session, e, EntryState.Invalid, Counter.Invalidated, why)
+    dependents.foreach(d => release(session, d, EntryState.Invalid, Counter.Invalidated, s"built on ${e.key.hash}: $why"))
+  }
+
+  private def release(session: SparkSession, e: CacheEntry, state: EntryState.Value, counter: Counter.Value,
+      why: String): Unit = {
+    if (EntryState.Holding.contains(e.state)) {
+      e.plan.foreach(SparkShim.cacheManager(session).uncacheQuery(SparkShim.classic(session), _, false, false))
+    }
+    forget(e)
+    e.state = state
+    e.occurrences = 0
+    e.reason = why
+    decide(counter, s"${state} ${e.key.hash}: $why")
+  }
+
+  private def forget(e: CacheEntry): Unit = {
+    e.rddId.foreach(byRdd.remove)
+    e.rddId = None
+    e.plan = None
+    stats.add(Counter.BytesHeld, -e.sizeBytes)
+    e.stored.clear()
+  }
+
+  /** Lets go of everything memphis holds (`memphis.clear`, or memphis turned off). */
+  def releaseAll(session: SparkSession, why: String): Unit = synchronized {
+    entries.values.filter(e => EntryState.Holding.contains(e.state)).toSeq
+      .foreach(release(session, _, EntryState.Evicted, Counter.Evicted, why))
+  }
+
+  /** Forgets every entry too, after releasing what they hold. */
+  def clear(session: SparkSession): Unit = synchronized {
+    releaseAll(session, "cleared")
+    entries.clear()
+  }
+
+  def blockUpdated(rddId: Int, partition: Int, isStored: Boolean, bytes: Long): Unit = synchronized {
+    byRdd.get(rddId).foreach { e =>
+      val before = e.stored.getOrElse(partition, 0L)
+      if (isStored) e.stored(partition) = bytes else e.stored.remove(partition)
+      stats.add(Counter.BytesHeld, e.stored.getOrElse(partition, 0L) - before)
+      if (e.state == EntryState.ToPersist && e.stored.size == e.partitions) {
+        e.state = EntryState.Materialized
+        e.reason = s"all ${e.partitions} partitions stored"
+        decide(Counter.Materialized, s"materialized ${e.key.hash}: ${e.reason}")
+      } else if (e.state == EntryState.Materialized && !isStored) {
+        e.state = EntryState.ToPersist
+        e.reason = s"partition $partition lost; Spark recomputes it when read"
+        log.debug(s"memphis: ${e.key.hash}: ${e.reason}")
+      }
+    }
+  }
+
+  def rddUnpersisted(rddId: Int): Unit = synchronized {
+    byRdd.get(rddId).foreach { e =>
+      forget(e)
+      e.state = EntryState.Evicted
+      e.reason = "unpersisted outside memphis"
+      decide(Counter.Evicted, s"evicted ${e.key.hash}: ${e.reason}")
+    }
+  }
+
+  /** One row per entry, for `memphis_cache()`. */
+  def entryRows: Seq[CacheEntry] = synchronized(entries.values.toList)
+
+  /** The one path for every decision: count it and log it at debug level with its reason. */
+  private def decide(counter: Counter.Value, message: => String): Unit = {
+    stats.add(counter)
+    if (log.isDebugEnabled) log.debug(s"memphis: $message")
+  }
 }
 
 object LineageCache {
+  private[memphis] val log = LoggerFactory.getLogger(classOf[LineageCache])
+
   // Invariant: `current` belongs to the live SparkContext; a new context gets a new, empty cache.
   // Guarded by the object's lock.
   private var current: Option[LineageCache] = None
@@ -42,4 +240,30 @@ object LineageCache {
       cache
     }
   }
+
+  /** How many entries that hold nothing are remembered; each keeps only its key. */
+  val MaxRemembered = 10000
+
+  // Python operators by name: their classes moved between Spark versions.
+  private val PythonOperators = Set("MapInPandas", "MapInArrow", "FlatMapGroupsInPandas", "FlatMapGroupsInArrow",
+    "FlatMapCoGroupsInPandas", "FlatMapCoGroupsInArrow", "ArrowEvalPython", "BatchEvalPython")
+
+  /**
+   * Subplans worth keeping: rooted at an expensive operator, or a query's root over one. Scans of
+   * columnar files and cheap row operators are not: re-reading them costs about what the cache would.
+   */
+  def isCandidate(subplan: LogicalPlan, root: LogicalPlan): Boolean = subplan match {
+    case _: Command => false
+    case _: Aggregate | _: Join | _: Window | _: Sort | _: Distinct | _: Deduplicate | _: Generate => true
+    case l: LogicalRelation => l.relation match {
+      case fs: HadoopFsRelation => Set("CSVFileFormat", "JsonFileFormat").contains(fs.fileFormat.getClass.getSimpleName)
+      case _ => false
+    }
+    case p if PythonOperators.contains(p.nodeName) => true
+    case p if p.expressions.exists(_.exists(_.isInstanceOf[PythonUDF])) => true
+    case p => (p eq root) && !p.isInstanceOf[LeafNode] && p.exists(c => (c ne p) && isCandidate(c, root))
+  }
+
+  private def contains(key: LineageKey, hash: String): Boolean =
+    key.hash == hash || key.children.exists(contains(_, hash))
 }

@@ -44,7 +44,12 @@ object MemphisConf {
       "(it is not reused), so that a key never costs more than a bounded listing.")(
     v => v.trim.toIntOption.filter(n => n >= 1 && n <= 100000000))
 
-  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, LineageMaxListedFiles)
+  val MinOccurrences: Entry[Int] = Entry(
+    Prefix + "reuse.minOccurrences", "2", "a whole number from 1 to 1000",
+    "On which occurrence of a subplan memphis persists it (delayed caching): 2 persists what recurs, 1 everything.")(
+    v => v.trim.toIntOption.filter(n => n >= 1 && n <= 1000))
+
+  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, LineageMaxListedFiles)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))

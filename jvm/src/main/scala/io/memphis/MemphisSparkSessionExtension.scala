@@ -1,5 +1,6 @@
 package io.memphis
 
+import io.memphis.reuse.ReuseRule
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.memphis.SparkShim
 
@@ -15,6 +16,8 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     SparkShim.unsupportedSparkReason().foreach(reason => throw new IllegalStateException(reason))
     MemphisConf.register()
     SparkShim.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll))
-    extensions.injectTableFunction(MemphisStatsFunction.description)
+    extensions.injectTableFunction(MemphisTableFunctions.stats)
+    extensions.injectTableFunction(MemphisTableFunctions.entries)
+    extensions.injectPlanNormalizationRule(session => new ReuseRule(session))
   }
 }

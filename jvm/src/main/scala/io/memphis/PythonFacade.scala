@@ -12,6 +12,9 @@ object PythonFacade {
     rows.map { case (name, value) => s""""$name": $value""" }.mkString("{", ", ", "}")
   }
 
+  /** Unpersists everything memphis holds and forgets its entries. */
+  def clear(session: SparkSession): Unit = LineageCache.forContext(session.sparkContext).clear(session)
+
   /** The lineage key of a DataFrame's result as hex, or null when it has none. */
   def lineageKey(df: Dataset[_]): String = keyOf(df).toOption.map(_.hash).orNull
 

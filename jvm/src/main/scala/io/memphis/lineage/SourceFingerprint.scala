@@ -13,10 +13,28 @@ import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
  * source is unchanged; anything else means recompute.
  */
 sealed trait SourceFingerprint {
+  /** Which source this is (its paths or table id), without its state; None for immutable data. */
+  def identity: Option[String]
   /** Stable text folded into the key: identity and state, no object addresses. */
   def digest: String
   def describe: String
   def recheck(): SourceFingerprint
+}
+
+object SourceFingerprint {
+  def pathsIdentity(rootPaths: Seq[String]): String = "paths:" + rootPaths.sorted.mkString(",")
+  def tableIdentity(id: String): String = "table:" + id
+
+  /** The identity of the source a plan leaf reads, without looking at its state. */
+  def identityOf(leaf: org.apache.spark.sql.catalyst.plans.logical.LogicalPlan): Option[String] = leaf match {
+    case l: org.apache.spark.sql.execution.datasources.LogicalRelation => l.relation match {
+      case fs: org.apache.spark.sql.execution.datasources.HadoopFsRelation =>
+        Some(pathsIdentity(fs.location.rootPaths.map(_.toString)))
+      case _ => None
+    }
+    case r: org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation => Option(r.table.id()).map(tableIdentity)
+    case _ => None
+  }
 }
 
 /**
@@ -27,6 +45,7 @@ sealed trait SourceFingerprint {
  */
 final case class FileListing(rootPaths: Seq[String], files: Int, listingHash: String)(
     hadoopConf: Configuration, maxFiles: Int) extends SourceFingerprint {
+  def identity: Option[String] = Some(SourceFingerprint.pathsIdentity(rootPaths))
   def digest: String = s"files(${rootPaths.map(Canonical.quote).mkString(",")};n=$files;$listingHash)"
   def describe: String = s"${rootPaths.mkString(", ")}: $files files, listing $listingHash"
   def recheck(): SourceFingerprint = Unavailable.unless(FileListing.of(rootPaths, hadoopConf, maxFiles))
@@ -62,6 +81,7 @@ object FileListing {
 
 /** A source that can no longer be fingerprinted: never equal to what it was. */
 final case class Unavailable(reason: String) extends SourceFingerprint {
+  def identity: Option[String] = None
   def digest: String = s"unavailable(${Canonical.quote(reason)})"
   def describe: String = s"unavailable: $reason"
   def recheck(): SourceFingerprint = this
@@ -74,6 +94,7 @@ object Unavailable {
 
 /** Rows of a local relation, by content. */
 final case class LocalContent(rows: Int, contentHash: String) extends SourceFingerprint {
+  def identity: Option[String] = None
   def digest: String = s"local(n=$rows;$contentHash)"
   def describe: String = s"local relation: $rows rows, content $contentHash"
   def recheck(): SourceFingerprint = this // immutable: the rows live in the plan
@@ -82,6 +103,7 @@ final case class LocalContent(rows: Int, contentHash: String) extends SourceFing
 /** A DSv2 table that names its identity and version (`Table.id()` / `Table.version()`). */
 final case class TableVersion(tableClass: String, id: String, version: String)(reload: () => Option[String])
     extends SourceFingerprint {
+  def identity: Option[String] = Some(SourceFingerprint.tableIdentity(id))
   def digest: String = s"table(${Canonical.quote(tableClass)};${Canonical.quote(id)};${Canonical.quote(version)})"
   def describe: String = s"table $id ($tableClass) at version $version"
   def recheck(): SourceFingerprint =
@@ -106,6 +128,7 @@ private[lineage] object Canonical {
  */
 final case class DeltaVersion(path: String, tableId: String, version: Long, pinned: Boolean)(
     hadoopConf: Configuration) extends SourceFingerprint {
+  def identity: Option[String] = Some(SourceFingerprint.pathsIdentity(Seq(path)))
   def digest: String = s"delta(${Canonical.quote(path)};${Canonical.quote(tableId)};v=$version)"
   def describe: String = s"Delta table $path (id $tableId) at version $version" + (if (pinned) ", pinned" else "")
   def recheck(): SourceFingerprint =

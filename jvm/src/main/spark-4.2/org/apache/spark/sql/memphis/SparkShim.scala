@@ -7,6 +7,8 @@ import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.execution.CacheManager
 import org.apache.spark.sql.internal.SQLConf
 
 /**
@@ -58,6 +60,16 @@ object SparkShim {
         s"openCost=${conf.filesOpenCostInBytes},minPartitions=${conf.filesMinPartitionNum}",
       MemphisConf.LineageMaxListedFiles.get(conf))
   }
+
+  def classic(session: SparkSession): org.apache.spark.sql.classic.SparkSession =
+    session.asInstanceOf[org.apache.spark.sql.classic.SparkSession]
+
+  def cacheManager(session: SparkSession): CacheManager = classic(session).sharedState.cacheManager
+
+  /** The RDD of the cached relation Spark would substitute for `plan`, if any (no job runs). */
+  def cachedRelation(session: SparkSession, plan: LogicalPlan): Option[RDD[_]] =
+    cacheManager(session).lookupCachedData(classic(session), plan)
+      .map(_.cachedRepresentation.cacheBuilder.cachedColumnBuffers)
 
   def localRelation(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
     LocalRelation(output, rows)

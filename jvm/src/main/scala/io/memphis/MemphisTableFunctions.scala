@@ -1,0 +1,45 @@
+package io.memphis
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.{FunctionIdentifier, InternalRow}
+import org.apache.spark.sql.catalyst.expressions.{AttributeReference, Expression, ExpressionInfo}
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.types.{DataType, IntegerType, LongType, StringType}
+import org.apache.spark.unsafe.types.UTF8String
+
+/**
+ * SQL table functions over the lineage cache of the session's SparkContext: `memphis_stats()`
+ * (one row per counter) and `memphis_cache()` (one row per entry). Table functions rather than
+ * py4j-only calls, so that they also answer over Spark Connect and from plain SQL. The rows are
+ * read when the query is analyzed.
+ */
+object MemphisTableFunctions {
+  type Description = (FunctionIdentifier, ExpressionInfo, Seq[Expression] => LogicalPlan)
+
+  val stats: Description = tableFunction("memphis_stats",
+    "Returns the memphis cache counters as rows (name, value).",
+    Seq("name" -> StringType, "value" -> LongType),
+    cache => cache.statsRows(SQLConf.get).map { case (name, value) => InternalRow(UTF8String.fromString(name), value) })
+
+  val entries: Description = tableFunction("memphis_cache",
+    "Returns one row per memphis cache entry: its key, state, counts, size and last decision.",
+    Seq("key" -> StringType, "state" -> StringType, "occurrences" -> IntegerType, "hits" -> LongType,
+      "misses" -> LongType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
+      "partitions" -> IntegerType, "height" -> IntegerType, "last_access_ms" -> LongType, "reason" -> StringType),
+    cache => cache.entryRows.map(e => InternalRow(UTF8String.fromString(e.key.hash),
+      UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.sizeBytes, e.stored.size,
+      e.partitions, e.key.height, e.lastAccess, UTF8String.fromString(e.reason))))
+
+  private def tableFunction(name: String, usage: String, columns: Seq[(String, DataType)],
+      rows: LineageCache => Seq[InternalRow]): Description = {
+    val build = (args: Seq[Expression]) => {
+      if (args.nonEmpty) throw new IllegalArgumentException(s"$name() takes no arguments, got ${args.size}")
+      val output = columns.map { case (column, dataType) => AttributeReference(column, dataType, nullable = false)() }
+      SparkShim.localRelation(output, rows(LineageCache.forContext(SparkSession.active.sparkContext)))
+    }
+    (FunctionIdentifier(name), new ExpressionInfo(getClass.getName.stripSuffix("$"), null, name, s"$name() - $usage", ""),
+      build)
+  }
+}

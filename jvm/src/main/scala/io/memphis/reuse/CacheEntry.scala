@@ -1,0 +1,50 @@
+package io.memphis.reuse
+
+import scala.collection.mutable
+
+import io.memphis.lineage.LineageKey
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+
+/**
+ * The states of a cache entry, MEMPHIS style:
+ * {{{
+ *   Seen --k-th occurrence--> ToPersist --all partitions stored--> Materialized
+ *     ^                          ^  \________ partition lost ________/  |
+ *     |                          |                                       |
+ *     |                       Evicted <-- unpersisted (clear, budget, outside memphis)
+ *   Invalid <-- a source changed (unpersisted, with the entries built on it)
+ * }}}
+ * Only ToPersist and Materialized entries hold a cached relation in Spark's CacheManager.
+ */
+object EntryState extends Enumeration {
+  val Seen = Value("seen")
+  val ToPersist = Value("to-persist")
+  val Materialized = Value("materialized")
+  val Evicted = Value("evicted")
+  val Invalid = Value("invalid")
+
+  val Holding: Set[Value] = Set(ToPersist, Materialized)
+}
+
+/**
+ * One subplan memphis has seen. Mutable, and guarded by its [[io.memphis.LineageCache]]'s lock.
+ *
+ */
+final class CacheEntry(val key: LineageKey, now: Long) {
+  /** The analyzed subplan Spark's CacheManager holds, while the entry is persisted. */
+  var plan: Option[LogicalPlan] = None
+  var state: EntryState.Value = EntryState.Seen
+  var occurrences = 1
+  var hits = 0L
+  /** Returns after an eviction: raises the entry's claim when it is persisted again. */
+  var misses = 0L
+  var lastAccess: Long = now
+  var reason = "first occurrence"
+  /** The cached RDD that holds the data, while the entry is persisted. */
+  var rddId: Option[Int] = None
+  var partitions = 0
+  /** Bytes (memory + disk) of each stored partition. */
+  val stored: mutable.Map[Int, Long] = mutable.Map.empty
+
+  def sizeBytes: Long = stored.values.sum
+}

@@ -1,0 +1,42 @@
+package io.memphis.reuse
+
+import scala.util.control.NonFatal
+
+import io.memphis.{LineageCache, MemphisConf}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.internal.SQLConf
+
+/**
+ * Decides, for each query, which of its subplans memphis persists or serves; registered as a
+ * plan-normalization rule.
+ *
+ * Why there: normalization runs on the analyzed plan right before Spark's CacheManager substitutes
+ * cached relations (`QueryExecution.withCachedData`), so a subplan persisted here is served to this
+ * very query, and Spark fills it lazily inside the job that needs it (no extra job). Matching the
+ * analyzed plan, before the optimizer pushes filters down, lets different filters on top of one
+ * aggregate share it.
+ *
+ * The rule never changes the plan itself, and never raises into the user's query: on an internal
+ * failure it logs why and leaves the query to plain Spark.
+ */
+final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
+  override def apply(plan: LogicalPlan): LogicalPlan = {
+    if (!ReuseRule.inside.get()) {
+      ReuseRule.inside.set(true) // Spark normalizes again inside cacheQuery/lookups: no re-entry
+      try {
+        val cache = LineageCache.forContext(session.sparkContext)
+        if (MemphisConf.Enabled.get(SQLConf.get)) cache.consider(session, plan)
+        else cache.releaseAll(session, "spark.memphis.enabled is false")
+      } catch {
+        case NonFatal(e) => LineageCache.log.warn(s"memphis: skipped reuse for this query after an internal error: $e", e)
+      } finally ReuseRule.inside.set(false)
+    }
+    plan
+  }
+}
+
+object ReuseRule {
+  private val inside: ThreadLocal[Boolean] = ThreadLocal.withInitial(() => false)
+}

@@ -1,0 +1,135 @@
+"""Automatic reuse: persisted on the 2nd occurrence, served afterwards, never stale, never wrong."""
+import glob
+import os
+import shutil
+
+import pytest
+from pyspark.sql import functions as F
+
+import memphis
+from conftest import job_count
+
+
+@pytest.fixture
+def fresh(spark):
+    """The shared session with memphis' cache and Spark's cache empty before and after."""
+    memphis.clear(spark)
+    spark.catalog.clearCache()
+    yield spark
+    memphis.clear(spark)
+    spark.catalog.clearCache()
+    spark.conf.unset("spark.memphis.reuse.minOccurrences")
+
+
+def sales(spark, path, rows=20_000):
+    (spark.range(rows).selectExpr("id", "id % 50 AS k", "(id * 7) % 13 AS v")
+     .repartition(2).write.mode("overwrite").parquet(path))
+    return path
+
+
+def per_key(spark, path):
+    return spark.read.parquet(path).groupBy("k").agg(F.sum("v").alias("total"), F.count("*").alias("n"))
+
+
+def entry_states(spark):
+    return {r["key"]: r for r in spark.sql("SELECT * FROM memphis_cache()").collect()}
+
+
+def uses_memphis_cache(df):
+    return "Scan In-memory table memphis" in df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_shared_aggregate_is_persisted_on_its_second_occurrence_and_served_after(fresh, tmp_path):
+    spark = fresh
+    path = sales(spark, str(tmp_path / "sales"))
+    key = memphis.lineage_key(per_key(spark, path))
+    answers = []
+    for threshold in (0, 100, 200, 300):
+        df = per_key(spark, path).where(F.col("total") > threshold)
+        answers.append((uses_memphis_cache(df), sorted(df.collect())))
+        entry = entry_states(spark)[key]
+        if threshold == 0:
+            assert entry["state"] == "seen" and entry["occurrences"] == 1
+    assert [served for served, _ in answers] == [False, True, True, True]
+    entry = entry_states(spark)[key]
+    assert entry["state"] == "materialized" and entry["hits"] == 2
+    assert entry["partitions_stored"] == entry["partitions"] > 0 and entry["size_bytes"] > 0
+    assert memphis.stats(spark)["bytes_held"] >= entry["size_bytes"]
+
+    spark.conf.set("spark.memphis.enabled", "false")  # plain Spark answers the same
+    try:
+        for (_, answer), threshold in zip(answers, (0, 100, 200, 300)):
+            assert sorted(per_key(spark, path).where(F.col("total") > threshold).collect()) == answer
+        assert entry_states(spark)[key]["state"] == "evicted", "turning memphis off releases what it holds"
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+
+
+def test_served_queries_skip_the_shared_work(fresh, tmp_path):
+    spark = fresh
+    path = sales(spark, str(tmp_path / "sales"))
+    for i in range(2):  # first and second occurrence: computed (the second fills the cache)
+        per_key(spark, path).where(F.col("n") > i).collect()
+    sc = spark.sparkContext
+
+    def stages(tag):
+        return sum(len(sc.statusTracker().getJobInfo(j).stageIds) for j in sc.statusTracker().getJobIdsForGroup(tag))
+
+    served, _ = job_count(spark, "served", lambda: per_key(spark, path).where(F.col("n") > 5).collect())
+    spark.conf.set("spark.memphis.enabled", "false")
+    try:
+        plain, _ = job_count(spark, "plain", lambda: per_key(spark, path).where(F.col("n") > 5).collect())
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+    assert served == plain
+    assert stages("served") < stages("plain")
+
+
+def test_a_file_copied_in_outside_spark_is_never_served_stale(fresh, tmp_path):
+    spark = fresh
+    path = sales(spark, str(tmp_path / "sales"))
+    for _ in range(3):
+        before = sorted(per_key(spark, path).collect())
+    assert memphis.stats(spark)["hits"] >= 1
+    donor = sorted(glob.glob(os.path.join(path, "*.parquet")))[0]
+    shutil.copy(donor, os.path.join(path, "part-copied-outside-spark.parquet"))
+    invalidated = memphis.stats(spark)["invalidated"]
+    after = sorted(per_key(spark, path).collect())
+    assert after != before
+    assert memphis.stats(spark)["invalidated"] == invalidated + 1
+    spark.conf.set("spark.memphis.enabled", "false")
+    try:
+        assert sorted(per_key(spark, path).collect()) == after
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+
+
+def test_non_deterministic_subplans_are_never_cached(fresh):
+    spark = fresh
+    spark.range(1000).selectExpr("id % 10 AS k").createOrReplaceTempView("r")
+    queries = [f"SELECT k, count(*) AS c, max(x) AS m FROM (SELECT k, {e} AS x FROM r) GROUP BY k"
+               for e in ("rand()", "current_timestamp()", "uuid()")]
+    for query in queries:
+        for _ in range(3):
+            df = spark.sql(query)
+            df.collect()
+            assert not uses_memphis_cache(df)
+    assert memphis.stats(spark)["refused"] >= 9
+    assert not [e for e in entry_states(spark).values() if e["state"] in ("to-persist", "materialized")]
+
+
+def test_min_occurrences_and_clear(fresh):
+    spark = fresh
+    spark.conf.set("spark.memphis.reuse.minOccurrences", "3")
+    def df():  # a new DataFrame per action: one DataFrame plans once, however often it runs
+        return spark.range(5000).groupBy((F.col("id") % 7).alias("k")).count()
+
+    key = memphis.lineage_key(df())
+    for _ in range(2):
+        df().collect()
+    assert entry_states(spark)[key]["state"] == "seen" and entry_states(spark)[key]["occurrences"] == 2
+    df().collect()
+    assert entry_states(spark)[key]["state"] in ("to-persist", "materialized")
+    memphis.clear(spark)
+    assert spark.sql("SELECT * FROM memphis_cache()").count() == 0
+    assert memphis.stats(spark)["bytes_held"] == 0
