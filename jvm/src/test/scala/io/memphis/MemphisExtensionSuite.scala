@@ -38,8 +38,18 @@ class MemphisExtensionSuite extends AnyFunSuite with BeforeAndAfterEach {
     spark.sql("SELECT name, value FROM memphis_stats()").collect()
       .map(r => r.getString(0) -> r.getLong(1)).toMap
 
+  /** The budget, once the block manager has reported its memory (shortly after the context starts). */
+  private def awaitBudget(spark: SparkSession): Long = {
+    val deadline = System.currentTimeMillis() + 30000
+    while (statsBySql(spark)("storage_budget_bytes") == 0 && System.currentTimeMillis() < deadline) Thread.sleep(100)
+    val budget = statsBySql(spark)("storage_budget_bytes")
+    assert(budget > 0)
+    budget
+  }
+
   test("memphis_stats() answers from SQL and the Python facade alike") {
     val spark = newSession()
+    awaitBudget(spark)
     val bySql = statsBySql(spark)
     assert(bySql.keySet == CacheStats.Counter.values.map(_.toString).toSet + "storage_budget_bytes")
     assert(CacheStats.Counter.values.toSeq.forall(c => bySql(c.toString) == 0L))
@@ -64,7 +74,8 @@ class MemphisExtensionSuite extends AnyFunSuite with BeforeAndAfterEach {
 
   test("the storage budget follows storage.fraction and storage.maxBytes") {
     val spark = newSession()
-    val full = { spark.conf.set("spark.memphis.storage.fraction", "1"); statsBySql(spark)("storage_budget_bytes") }
+    spark.conf.set("spark.memphis.storage.fraction", "1")
+    val full = awaitBudget(spark)
     spark.conf.set("spark.memphis.storage.fraction", "0.5")
     assert(statsBySql(spark)("storage_budget_bytes") == (full * 0.5).toLong)
     spark.conf.set("spark.memphis.storage.maxBytes", "1m")
