@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -29,6 +30,9 @@ def spark():
     """A local[2] session with memphis; reused across tests while it runs."""
     session = memphis.session("local[2]", app_name="memphis-tests", **TEST_CONFS)
     session.conf.set("spark.memphis.enabled", "true")
+    deadline = time.time() + 30  # the block manager reports its memory shortly after start
+    while memphis.stats(session)["storage_budget_bytes"] == 0 and time.time() < deadline:
+        time.sleep(0.1)
     return session
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from memphis._version import __version__
-from memphis.session import stats
+from memphis.session import clear, stats
 
 MODES = {
     "plain": {"spark.memphis.enabled": "false"},
@@ -59,7 +59,7 @@ def _difference(before: dict, after: dict) -> dict:
 
 def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=("plain", "memphis"),
                  repeats: int = 3, warmup: bool = True, progress: bool = True) -> dict:
-    """Runs ``workload`` ``repeats`` times per mode, each run starting with Spark's cache empty.
+    """Runs ``workload`` ``repeats`` times per mode, each run starting with Spark's and memphis' caches empty.
 
     The modes take turns within each repeat, after one untimed warm-up run, so that JIT warm-up
     and file-system caches do not favour whichever mode runs last. Returns ``{"workload",
@@ -82,6 +82,7 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=("plain
         for key, value in MODES[mode].items():
             spark.conf.set(key, value)
         spark.catalog.clearCache()
+        clear(spark)
         before = stats(spark)
         start = time.perf_counter()
         answer = workload.run(spark, inputs)

@@ -54,7 +54,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /**
    * Looks at one query's analyzed plan: drops entries whose sources changed, then for each
    * candidate subplan (outermost first) counts an occurrence, persists it on its k-th, or counts a
-   * hit when it is held. Subplans under a held or just-persisted one are not computed, so not counted.
+   * hit when it is held. Subplans under a served one are not computed, so not counted; those under
+   * a just-persisted one are (they fill it).
    */
   def consider(session: SparkSession, plan: LogicalPlan): Unit = {
     val results = LineageKey.ofSubplans(plan, SparkShim.keyContext(session))
@@ -73,7 +74,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     }
   }
 
-  /** Returns true when the subplan will be served from Spark storage in this query. */
+  /** Returns true when the subplan will be served from Spark storage in this query (not just filled). */
   private def observe(session: SparkSession, subplan: LogicalPlan, key: LineageKey, minOccurrences: Int): Boolean = {
     val now = System.currentTimeMillis()
     entries.get(key.hash).filter(_.key.sameLineage(key)) match {
@@ -82,7 +83,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
         entries(key.hash) = e
         forgetOldestSeen()
         decide(Counter.Misses, s"seen ${key.hash}: first occurrence")
-        if (minOccurrences <= 1) persist(session, e, subplan) else false
+        if (minOccurrences <= 1) persist(session, e, subplan)
+        false
       case Some(e) if EntryState.Holding.contains(e.state) && SparkShim.cachedRelation(session, subplan).map(_.id) == e.rddId =>
         e.occurrences += 1
         e.hits += 1
@@ -94,7 +96,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
         e.lastAccess = now
         if (e.state == EntryState.Evicted) e.misses += 1
         decide(Counter.Misses, s"miss ${key.hash} (${e.state}, occurrence ${e.occurrences})")
-        if (e.occurrences >= minOccurrences) persist(session, e, subplan) else false
+        if (e.occurrences >= minOccurrences) persist(session, e, subplan)
+        false
     }
   }
 
@@ -105,13 +108,19 @@ final class LineageCache private (val sparkContext: SparkContext) {
     if (excess > 0) remembered.toSeq.sortBy(_.lastAccess).take(excess).foreach(e => entries.remove(e.key.hash))
   }
 
-  private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan): Boolean = {
+  private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan): Unit = {
     val cacheManager = SparkShim.cacheManager(session)
     if (SparkShim.cachedRelation(session, subplan).isDefined) {
       e.reason = "already cached outside memphis"
-      false
     } else {
-      cacheManager.cacheQuery(SparkShim.classic(session), subplan, Some(s"memphis ${e.key.hash}"), StorageLevel.MEMORY_AND_DISK)
+      // Adaptive execution may coalesce the cached plan's partitions (Spark keeps them fixed for
+      // its own cache): a cached aggregate of 200 near-empty partitions costs more than it saves.
+      val conf = SparkShim.sqlConf(session)
+      val key = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
+      val before = conf.getConfString(key, "false")
+      conf.setConfString(key, "true")
+      try cacheManager.cacheQuery(SparkShim.classic(session), subplan, Some(s"memphis ${e.key.hash}"), StorageLevel.MEMORY_AND_DISK)
+      finally conf.setConfString(key, before)
       SparkShim.cachedRelation(session, subplan) match {
         case Some(rdd) =>
           e.plan = Some(subplan)
@@ -122,10 +131,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
           e.reason = s"occurrence ${e.occurrences}: persisted, filled by the job that needs it"
           byRdd(rdd.id) = e
           decide(Counter.Persisted, s"persist ${e.key.hash} (${e.reason})")
-          true
         case None =>
           e.reason = "Spark did not cache it"
-          false
       }
     }
   }
