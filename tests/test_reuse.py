@@ -133,3 +133,64 @@ def test_min_occurrences_and_clear(fresh):
     memphis.clear(spark)
     assert spark.sql("SELECT * FROM memphis_cache()").count() == 0
     assert memphis.stats(spark)["bytes_held"] == 0
+
+
+def hashed(spark, rows):
+    """`rows` SHA-256 hashes aggregated to 500 small numbers: the same shape and size for any `rows`."""
+    digest = F.crc32(F.sha2(F.col("id").cast("string"), 256)) % 1000
+    return spark.range(rows).groupBy((F.col("id") % 500).alias("k")).agg(F.max(digest).alias("m"))
+
+
+def expensive(spark):
+    return hashed(spark, 2_000_000)
+
+
+def cheap(spark):
+    return hashed(spark, 5_000)
+
+
+def held_keys(spark):
+    return {k for k, e in entry_states(spark).items() if e["state"] == "materialized"}
+
+
+@pytest.mark.parametrize("policy, kept", [("costnsize", expensive), ("lru", cheap)])
+def test_the_budget_holds_and_the_policy_picks_what_goes(fresh, policy, kept):
+    spark = fresh
+    spark.conf.set("spark.memphis.reuse.minOccurrences", "1")
+    spark.conf.set("spark.memphis.evictionPolicy", policy)
+    try:
+        for make in (expensive, cheap):
+            make(spark).collect()
+        sizes = {k: e["size_bytes"] for k, e in entry_states(spark).items() if e["state"] == "materialized"}
+        assert len(sizes) == 2, entry_states(spark)
+        memphis.clear(spark)
+        budget = max(sizes.values()) + min(sizes.values()) // 2  # room for either, not both
+
+        spark.conf.set("spark.memphis.storage.maxBytes", str(budget))
+        answers = [sorted(make(spark).collect()) for make in (expensive, cheap)]
+        assert held_keys(spark) == {memphis.lineage_key(kept(spark))}
+        assert memphis.stats(spark)["bytes_held"] <= budget
+        evicted = [e for e in entry_states(spark).values() if e["state"] == "evicted"]
+        assert len(evicted) == 1 and "over the budget" in evicted[0]["reason"]
+        spark.conf.set("spark.memphis.enabled", "false")
+        assert [sorted(make(spark).collect()) for make in (expensive, cheap)] == answers
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+        spark.conf.unset("spark.memphis.storage.maxBytes")
+        spark.conf.unset("spark.memphis.evictionPolicy")
+
+
+def test_an_entry_larger_than_the_budget_is_never_persisted_again(fresh):
+    spark = fresh
+    spark.conf.set("spark.memphis.reuse.minOccurrences", "1")
+    spark.conf.set("spark.memphis.storage.maxBytes", "1k")
+    try:
+        answer = sorted(expensive(spark).collect())
+        entry = entry_states(spark)[memphis.lineage_key(expensive(spark))]
+        assert entry["state"] == "evicted" and "exceed the whole budget" in entry["reason"]
+        refused = memphis.stats(spark)["refused"]
+        assert sorted(expensive(spark).collect()) == answer
+        assert entry_states(spark)[memphis.lineage_key(expensive(spark))]["state"] == "evicted"
+        assert memphis.stats(spark)["refused"] == refused + 1 and memphis.stats(spark)["bytes_held"] == 0
+    finally:
+        spark.conf.unset("spark.memphis.storage.maxBytes")

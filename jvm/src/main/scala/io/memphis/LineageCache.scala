@@ -4,7 +4,7 @@ import scala.collection.mutable
 
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, SourceFingerprint}
-import io.memphis.reuse.{CacheEntry, EntryState, StorageListener}
+import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, StorageListener}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.PythonUDF
@@ -30,6 +30,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   // holds a cached relation (state ToPersist or Materialized).
   private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
   private val byRdd = mutable.Map.empty[Int, CacheEntry]
+  /** The session of the latest decision: its confs (budget, policy) and CacheManager serve evictions. */
+  private var session: Option[SparkSession] = None
 
   sparkContext.addSparkListener(new StorageListener(this))
 
@@ -59,7 +61,10 @@ final class LineageCache private (val sparkContext: SparkContext) {
    */
   def consider(session: SparkSession, plan: LogicalPlan): Unit = {
     val results = LineageKey.ofSubplans(plan, SparkShim.keyContext(session))
-    synchronized(dropStale(session, plan, results))
+    synchronized {
+      this.session = Some(session)
+      dropStale(session, plan, results)
+    }
     val minOccurrences = MemphisConf.MinOccurrences.get(SQLConf.get)
     val served = mutable.Set.empty[LogicalPlan]
     results.foreach { case (subplan, result) =>
@@ -89,6 +94,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
         e.occurrences += 1
         e.hits += 1
         e.lastAccess = now
+        stats.add(Counter.ComputeSavedMs, e.costMs)
         decide(Counter.Hits, s"reuse ${key.hash} (${e.state}, hit ${e.hits})")
         true
       case Some(e) =>
@@ -96,7 +102,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
         e.lastAccess = now
         if (e.state == EntryState.Evicted) e.misses += 1
         decide(Counter.Misses, s"miss ${key.hash} (${e.state}, occurrence ${e.occurrences})")
-        if (e.occurrences >= minOccurrences) persist(session, e, subplan)
+        if (e.tooLarge) decide(Counter.Refused, s"no reuse of ${key.hash}: ${e.reason}")
+        else if (e.occurrences >= minOccurrences) persist(session, e, subplan)
         false
     }
   }
@@ -124,6 +131,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
       SparkShim.cachedRelation(session, subplan) match {
         case Some(rdd) =>
           e.plan = Some(subplan)
+          e.persistedAt = System.currentTimeMillis()
           e.state = EntryState.ToPersist
           e.rddId = Some(rdd.id)
           e.partitions = rdd.getNumPartitions
@@ -204,14 +212,36 @@ final class LineageCache private (val sparkContext: SparkContext) {
       stats.add(Counter.BytesHeld, e.stored.getOrElse(partition, 0L) - before)
       if (e.state == EntryState.ToPersist && e.stored.size == e.partitions) {
         e.state = EntryState.Materialized
-        e.reason = s"all ${e.partitions} partitions stored"
+        e.costMs = System.currentTimeMillis() - e.persistedAt
+        e.reason = s"all ${e.partitions} partitions stored; computed in ${e.costMs} ms"
         decide(Counter.Materialized, s"materialized ${e.key.hash}: ${e.reason}")
+        session.foreach(enforceBudget)
       } else if (e.state == EntryState.Materialized && !isStored) {
         e.state = EntryState.ToPersist
         e.reason = s"partition $partition lost; Spark recomputes it when read"
         log.debug(s"memphis: ${e.key.hash}: ${e.reason}")
       }
     }
+  }
+
+  /**
+   * Evicts materialized entries, in the policy's order, until memphis holds no more than its
+   * budget; one larger than the whole budget is let go and never persisted again. Entries still
+   * being filled (to-persist) are not touched: a running job is writing them.
+   */
+  private def enforceBudget(session: SparkSession): Unit = {
+    val conf = SparkShim.sqlConf(session)
+    val budget = storageBudgetBytes(conf)
+    val policy = MemphisConf.EvictionPolicyName.get(conf)
+    val materialized = entries.values.filter(_.state == EntryState.Materialized).toSeq
+    materialized.filter(_.sizeBytes > budget).foreach { e =>
+      release(session, e, EntryState.Evicted, Counter.Evicted, s"${e.sizeBytes} bytes exceed the whole budget of $budget")
+      e.tooLarge = true
+    }
+    EvictionPolicy.evictionOrder(policy, materialized.filter(_.state == EntryState.Materialized)).iterator
+      .takeWhile(_ => stats.get(Counter.BytesHeld) > budget)
+      .foreach(e => release(session, e, EntryState.Evicted, Counter.Evicted,
+        f"over the budget of $budget bytes ($policy score ${EvictionPolicy.score(policy, e)}%.3g)"))
   }
 
   def rddUnpersisted(rddId: Int): Unit = synchronized {
@@ -223,8 +253,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
     }
   }
 
-  /** One row per entry, for `memphis_cache()`. */
-  def entryRows: Seq[CacheEntry] = synchronized(entries.values.toList)
+  /** One row per entry, for `memphis_cache()`, read under the lock. */
+  def entryRows[T](row: CacheEntry => T): Seq[T] = synchronized(entries.values.map(row).toList)
 
   /** The one path for every decision: count it and log it at debug level with its reason. */
   private def decide(counter: Counter.Value, message: => String): Unit = {

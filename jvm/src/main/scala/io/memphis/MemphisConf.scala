@@ -49,7 +49,13 @@ object MemphisConf {
     "On which occurrence of a subplan memphis persists it (delayed caching): 2 persists what recurs, 1 everything.")(
     v => v.trim.toIntOption.filter(n => n >= 1 && n <= 1000))
 
-  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, LineageMaxListedFiles)
+  val EvictionPolicyName: Entry[String] = Entry(
+    Prefix + "evictionPolicy", "costnsize", s"one of ${reuse.EvictionPolicy.Names.mkString(", ")}",
+    "Which cached subplan goes first when memphis holds more than its budget (see docs/architecture.md).")(
+    v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(reuse.EvictionPolicy.Names.contains))
+
+  val All: Seq[Entry[_]] =
+    Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, EvictionPolicyName, LineageMaxListedFiles)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))
@@ -79,7 +85,7 @@ object MemphisConf {
 
   def parseBytes(v: String): Option[Long] = v match {
     case ByteSize(n, unit) =>
-      val shift = "kmgtp".indexOf(unit.toLowerCase(Locale.ROOT)) + 1
+      val shift = if (unit.isEmpty) 0 else "kmgtp".indexOf(unit.toLowerCase(Locale.ROOT)) + 1
       n.toLongOption.filter(x => shift == 0 || x <= (Long.MaxValue >> (10 * shift))).map(_ << (10 * shift))
     case _ => None
   }

@@ -6,7 +6,8 @@ import org.apache.spark.sql.catalyst.expressions.{AttributeReference, Expression
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShim
-import org.apache.spark.sql.types.{DataType, IntegerType, LongType, StringType}
+import io.memphis.reuse.EvictionPolicy
+import org.apache.spark.sql.types.{DataType, DoubleType, IntegerType, LongType, StringType}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
@@ -27,10 +28,15 @@ object MemphisTableFunctions {
     "Returns one row per memphis cache entry: its key, state, counts, size and last decision.",
     Seq("key" -> StringType, "state" -> StringType, "occurrences" -> IntegerType, "hits" -> LongType,
       "misses" -> LongType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
-      "partitions" -> IntegerType, "height" -> IntegerType, "last_access_ms" -> LongType, "reason" -> StringType),
-    cache => cache.entryRows.map(e => InternalRow(UTF8String.fromString(e.key.hash),
-      UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.sizeBytes, e.stored.size,
-      e.partitions, e.key.height, e.lastAccess, UTF8String.fromString(e.reason))))
+      "partitions" -> IntegerType, "cost_ms" -> LongType, "score" -> DoubleType, "height" -> IntegerType,
+      "last_access_ms" -> LongType, "reason" -> StringType),
+    cache => {
+      val policy = MemphisConf.EvictionPolicyName.get(SQLConf.get)
+      cache.entryRows(e => InternalRow(UTF8String.fromString(e.key.hash),
+        UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.sizeBytes, e.stored.size,
+        e.partitions, e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess,
+        UTF8String.fromString(e.reason)))
+    })
 
   private def tableFunction(name: String, usage: String, columns: Seq[(String, DataType)],
       rows: LineageCache => Seq[InternalRow]): Description = {

@@ -48,6 +48,7 @@ class MemphisConfSuite extends AnyFunSuite {
 
   test("byte sizes use binary units") {
     assert(MemphisConf.parseBytes("0").contains(0L))
+    assert(MemphisConf.parseBytes("6000").contains(6000L))
     assert(MemphisConf.parseBytes("2k").contains(2048L))
     assert(MemphisConf.parseBytes("4G").contains(4L << 30))
     assert(MemphisConf.parseBytes("3mb").contains(3L << 20))

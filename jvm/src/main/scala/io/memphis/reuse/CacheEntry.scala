@@ -43,6 +43,11 @@ final class CacheEntry(val key: LineageKey, now: Long) {
   /** The cached RDD that holds the data, while the entry is persisted. */
   var rddId: Option[Int] = None
   var partitions = 0
+  /** When it was persisted, and the measured time from then until all its partitions were stored. */
+  var persistedAt = 0L
+  var costMs = 0L
+  /** Set once it turned out larger than the whole budget: it is never persisted again. */
+  var tooLarge = false
   /** Bytes (memory + disk) of each stored partition. */
   val stored: mutable.Map[Int, Long] = mutable.Map.empty
 

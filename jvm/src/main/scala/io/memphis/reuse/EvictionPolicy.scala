@@ -1,0 +1,25 @@
+package io.memphis.reuse
+
+/**
+ * Which materialized entry to let go of first when memphis holds more than its budget
+ * (`spark.memphis.evictionPolicy`); the lowest score goes first, ties to the least recently used.
+ *
+ *  - `costnsize` (default, MEMPHIS): measured compute cost × (1 + hits + misses) / size. Keeps what
+ *    is dear to recompute, often reused and small; a returning evicted entry (misses) counts more.
+ *  - `lru`: last access. Suits sessions that move on and rarely look back.
+ *  - `dagheight`: 1 / height of the subplan, so the deepest (most specific) goes first. Suits
+ *    mini-batch loops, whose shallow shared inputs recur.
+ */
+object EvictionPolicy {
+  val Names: Seq[String] = Seq("costnsize", "lru", "dagheight")
+
+  def score(policy: String, e: CacheEntry): Double = policy match {
+    case "lru" => e.lastAccess.toDouble
+    case "dagheight" => 1.0 / e.key.height
+    case _ => e.costMs.toDouble * (1 + e.hits + e.misses) / math.max(e.sizeBytes, 1L)
+  }
+
+  /** Entries in the order they should be evicted. */
+  def evictionOrder(policy: String, entries: Seq[CacheEntry]): Seq[CacheEntry] =
+    entries.sortBy(e => (score(policy, e), e.lastAccess))
+}
