@@ -2,6 +2,7 @@
 import glob
 import os
 import shutil
+import time
 
 import pytest
 from pyspark.sql import functions as F
@@ -19,6 +20,14 @@ def fresh(spark):
     memphis.clear(spark)
     spark.catalog.clearCache()
     spark.conf.unset("spark.memphis.reuse.minOccurrences")
+
+
+def eventually(check, seconds=30):
+    """Spark's listener bus tells memphis about stored blocks and ended queries a moment later."""
+    deadline = time.time() + seconds
+    while not check() and time.time() < deadline:
+        time.sleep(0.1)
+    return check()
 
 
 def sales(spark, path, rows=20_000):
@@ -51,6 +60,7 @@ def test_shared_aggregate_is_persisted_on_its_second_occurrence_and_served_after
         if threshold == 0:
             assert entry["state"] == "seen" and entry["occurrences"] == 1
     assert [served for served, _ in answers] == [False, True, True, True]
+    assert eventually(lambda: entry_states(spark)[key]["state"] == "materialized")
     entry = entry_states(spark)[key]
     assert entry["state"] == "materialized" and entry["hits"] == 2
     assert entry["partitions_stored"] == entry["partitions"] > 0 and entry["size_bytes"] > 0
@@ -153,6 +163,8 @@ def held_keys(spark):
     return {k for k, e in entry_states(spark).items() if e["state"] == "materialized"}
 
 
+
+
 @pytest.mark.parametrize("policy, kept", [("costnsize", expensive), ("lru", cheap)])
 def test_the_budget_holds_and_the_policy_picks_what_goes(fresh, policy, kept):
     spark = fresh
@@ -168,7 +180,7 @@ def test_the_budget_holds_and_the_policy_picks_what_goes(fresh, policy, kept):
 
         spark.conf.set("spark.memphis.storage.maxBytes", str(budget))
         answers = [sorted(make(spark).collect()) for make in (expensive, cheap)]
-        assert held_keys(spark) == {memphis.lineage_key(kept(spark))}
+        assert eventually(lambda: held_keys(spark) == {memphis.lineage_key(kept(spark))}), entry_states(spark)
         assert memphis.stats(spark)["bytes_held"] <= budget
         evicted = [e for e in entry_states(spark).values() if e["state"] == "evicted"]
         assert len(evicted) == 1 and "over the budget" in evicted[0]["reason"]
@@ -186,7 +198,9 @@ def test_an_entry_larger_than_the_budget_is_never_persisted_again(fresh):
     spark.conf.set("spark.memphis.storage.maxBytes", "1k")
     try:
         answer = sorted(expensive(spark).collect())
-        entry = entry_states(spark)[memphis.lineage_key(expensive(spark))]
+        key = memphis.lineage_key(expensive(spark))
+        assert eventually(lambda: entry_states(spark)[key]["state"] == "evicted")
+        entry = entry_states(spark)[key]
         assert entry["state"] == "evicted" and "exceed the whole budget" in entry["reason"]
         refused = memphis.stats(spark)["refused"]
         assert sorted(expensive(spark).collect()) == answer

@@ -26,8 +26,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   val stats = new CacheStats
 
   // Invariant: `entries` (by key hash) and `byRdd` (cached RDD id -> entry) change only under this
-  // object's lock, together with the entries' own fields; an entry is in `byRdd` exactly while it
-  // holds a cached relation (state ToPersist or Materialized).
+  // object's lock, together with the entries' own fields; an entry is in `byRdd` only while it holds
+  // a cached relation (to-persist or materialized) whose RDD Spark has built.
   private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
   private val byRdd = mutable.Map.empty[Int, CacheEntry]
   /** The session of the latest decision: its confs (budget, policy) and CacheManager serve evictions. */
@@ -90,11 +90,13 @@ final class LineageCache private (val sparkContext: SparkContext) {
         decide(Counter.Misses, s"seen ${key.hash}: first occurrence")
         if (minOccurrences <= 1) persist(session, e, subplan)
         false
-      case Some(e) if EntryState.Holding.contains(e.state) && SparkShim.cachedRelation(session, subplan).map(_.id) == e.rddId =>
+      case Some(e) if EntryState.Holding.contains(e.state) &&
+          SparkShim.cachedRelationName(session, subplan).contains(Some(LineageCache.relationName(e))) =>
         e.occurrences += 1
         e.hits += 1
         e.lastAccess = now
         stats.add(Counter.ComputeSavedMs, e.costMs)
+        currentExecution.foreach(e.readers += _)
         decide(Counter.Hits, s"reuse ${key.hash} (${e.state}, hit ${e.hits})")
         true
       case Some(e) =>
@@ -115,33 +117,30 @@ final class LineageCache private (val sparkContext: SparkContext) {
     if (excess > 0) remembered.toSeq.sortBy(_.lastAccess).take(excess).foreach(e => entries.remove(e.key.hash))
   }
 
+  /**
+   * Registers the subplan with Spark's CacheManager, which substitutes it into this query and fills
+   * it in the job that needs it. Its RDD appears only then; [[blockUpdated]] adopts it by name.
+   */
   private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan): Unit = {
-    val cacheManager = SparkShim.cacheManager(session)
-    if (SparkShim.cachedRelation(session, subplan).isDefined) {
+    if (SparkShim.cachedRelationName(session, subplan).isDefined) {
       e.reason = "already cached outside memphis"
     } else {
       // Adaptive execution may coalesce the cached plan's partitions (Spark keeps them fixed for
       // its own cache): a cached aggregate of 200 near-empty partitions costs more than it saves.
       val conf = SparkShim.sqlConf(session)
-      val key = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
-      val before = conf.getConfString(key, "false")
-      conf.setConfString(key, "true")
-      try cacheManager.cacheQuery(SparkShim.classic(session), subplan, Some(s"memphis ${e.key.hash}"), StorageLevel.MEMORY_AND_DISK)
-      finally conf.setConfString(key, before)
-      SparkShim.cachedRelation(session, subplan) match {
-        case Some(rdd) =>
-          e.plan = Some(subplan)
-          e.persistedAt = System.currentTimeMillis()
-          e.state = EntryState.ToPersist
-          e.rddId = Some(rdd.id)
-          e.partitions = rdd.getNumPartitions
-          e.stored.clear()
-          e.reason = s"occurrence ${e.occurrences}: persisted, filled by the job that needs it"
-          byRdd(rdd.id) = e
-          decide(Counter.Persisted, s"persist ${e.key.hash} (${e.reason})")
-        case None =>
-          e.reason = "Spark did not cache it"
-      }
+      val adaptive = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
+      val before = conf.getConfString(adaptive, "false")
+      conf.setConfString(adaptive, "true")
+      try SparkShim.cacheManager(session).cacheQuery(SparkShim.classic(session), subplan,
+        Some(LineageCache.relationName(e)), StorageLevel.MEMORY_AND_DISK)
+      finally conf.setConfString(adaptive, before)
+      e.plan = Some(subplan)
+      e.persistedAt = System.currentTimeMillis()
+      currentExecution.foreach(e.readers += _)
+      e.state = EntryState.ToPersist
+      e.stored.clear()
+      e.reason = s"occurrence ${e.occurrences}: persisted, filled by the job that needs it"
+      decide(Counter.Persisted, s"persist ${e.key.hash} (${e.reason})")
     }
   }
 
@@ -206,7 +205,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   }
 
   def blockUpdated(rddId: Int, partition: Int, isStored: Boolean, bytes: Long): Unit = synchronized {
-    byRdd.get(rddId).foreach { e =>
+    byRdd.get(rddId).orElse(adopt(rddId)).foreach { e =>
       val before = e.stored.getOrElse(partition, 0L)
       if (isStored) e.stored(partition) = bytes else e.stored.remove(partition)
       stats.add(Counter.BytesHeld, e.stored.getOrElse(partition, 0L) - before)
@@ -227,21 +226,45 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /**
    * Evicts materialized entries, in the policy's order, until memphis holds no more than its
    * budget; one larger than the whole budget is let go and never persisted again. Entries still
-   * being filled (to-persist) are not touched: a running job is writing them.
+   * being filled (to-persist) or read by a running SQL execution are not touched: when the next
+   * to go is read, eviction waits, and runs again when an entry materializes or an execution ends.
    */
   private def enforceBudget(session: SparkSession): Unit = {
     val conf = SparkShim.sqlConf(session)
     val budget = storageBudgetBytes(conf)
     val policy = MemphisConf.EvictionPolicyName.get(conf)
-    val materialized = entries.values.filter(_.state == EntryState.Materialized).toSeq
-    materialized.filter(_.sizeBytes > budget).foreach { e =>
+    val idle = (e: CacheEntry) => e.state == EntryState.Materialized && e.readers.isEmpty
+    entries.values.filter(e => idle(e) && e.sizeBytes > budget).toSeq.foreach { e =>
       release(session, e, EntryState.Evicted, Counter.Evicted, s"${e.sizeBytes} bytes exceed the whole budget of $budget")
       e.tooLarge = true
     }
-    EvictionPolicy.evictionOrder(policy, materialized.filter(_.state == EntryState.Materialized)).iterator
-      .takeWhile(_ => stats.get(Counter.BytesHeld) > budget)
-      .foreach(e => release(session, e, EntryState.Evicted, Counter.Evicted,
-        f"over the budget of $budget bytes ($policy score ${EvictionPolicy.score(policy, e)}%.3g)"))
+    // In the policy's order; when the next to go is still read, wait for its execution to end.
+    val order = EvictionPolicy.evictionOrder(policy, entries.values.filter(_.state == EntryState.Materialized).toSeq)
+    order.iterator.takeWhile(e => stats.get(Counter.BytesHeld) > budget && idle(e)).foreach { e =>
+      release(session, e, EntryState.Evicted, Counter.Evicted,
+        f"over the budget of $budget bytes ($policy score ${EvictionPolicy.score(policy, e)}%.3g)")
+    }
+  }
+
+  /** The to-persist entry whose cached relation's RDD this is, now that Spark has built it. */
+  private def adopt(rddId: Int): Option[CacheEntry] =
+    SparkShim.persistedRdd(sparkContext, rddId).flatMap { case (name, partitions) =>
+      entries.values.find(e => e.state == EntryState.ToPersist && e.rddId.isEmpty && LineageCache.relationName(e) == name)
+        .map { e =>
+          e.rddId = Some(rddId)
+          e.partitions = partitions
+          byRdd(rddId) = e
+          e
+        }
+    }
+
+  /** The SQL execution this thread plans for, if any (Spark sets it before planning an action). */
+  private def currentExecution: Option[Long] =
+    Option(sparkContext.getLocalProperty("spark.sql.execution.id")).map(_.toLong)
+
+  def executionEnded(executionId: Long): Unit = synchronized {
+    entries.values.foreach(_.readers -= executionId)
+    session.foreach(enforceBudget)
   }
 
   def rddUnpersisted(rddId: Int): Unit = synchronized {
@@ -300,6 +323,9 @@ object LineageCache {
     case p if p.expressions.exists(_.exists(_.isInstanceOf[PythonUDF])) => true
     case p => (p eq root) && !p.isInstanceOf[LeafNode] && p.exists(c => (c ne p) && isCandidate(c, root))
   }
+
+  /** The name memphis gives a cached relation: shown by explain(), and how its RDD is found. */
+  def relationName(e: CacheEntry): String = s"memphis ${e.key.hash}"
 
   private def contains(key: LineageKey, hash: String): Boolean =
     key.hash == hash || key.children.exists(contains(_, hash))

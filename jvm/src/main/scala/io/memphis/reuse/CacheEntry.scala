@@ -46,6 +46,8 @@ final class CacheEntry(val key: LineageKey, now: Long) {
   /** When it was persisted, and the measured time from then until all its partitions were stored. */
   var persistedAt = 0L
   var costMs = 0L
+  /** SQL executions that read or fill it and have not ended: it is not evicted under them. */
+  val readers: mutable.Set[Long] = mutable.Set.empty
   /** Set once it turned out larger than the whole budget: it is never persisted again. */
   var tooLarge = false
   /** Bytes (memory + disk) of each stored partition. */

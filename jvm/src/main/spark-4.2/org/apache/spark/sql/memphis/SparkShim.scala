@@ -7,7 +7,6 @@ import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
-import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.execution.CacheManager
 import org.apache.spark.sql.internal.SQLConf
 
@@ -66,10 +65,20 @@ object SparkShim {
 
   def cacheManager(session: SparkSession): CacheManager = classic(session).sharedState.cacheManager
 
-  /** The RDD of the cached relation Spark would substitute for `plan`, if any (no job runs). */
-  def cachedRelation(session: SparkSession, plan: LogicalPlan): Option[RDD[_]] =
-    cacheManager(session).lookupCachedData(classic(session), plan)
-      .map(_.cachedRepresentation.cacheBuilder.cachedColumnBuffers)
+  /**
+   * The name of the cached relation Spark would substitute for `plan` (None: nothing cached; Some(None):
+   * cached without a name). Its RDD is not touched: building it would run an adaptive plan's stages.
+   */
+  def cachedRelationName(session: SparkSession, plan: LogicalPlan): Option[Option[String]] =
+    cacheManager(session).lookupCachedData(classic(session), plan).map(_.cachedRepresentation.cacheBuilder.tableName)
+
+  /** The table name and partition count of a cached relation's RDD ("In-memory table <name>"). */
+  def persistedRdd(sc: SparkContext, rddId: Int): Option[(String, Int)] =
+    sc.getPersistentRDDs.get(rddId).flatMap { rdd =>
+      Option(rdd.name).filter(_.startsWith(CachedRddPrefix)).map(_.stripPrefix(CachedRddPrefix) -> rdd.getNumPartitions)
+    }
+
+  private val CachedRddPrefix = "In-memory table "
 
   def localRelation(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
     LocalRelation(output, rows)
