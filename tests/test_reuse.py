@@ -142,7 +142,7 @@ def test_min_occurrences_and_clear(fresh):
     assert entry_states(spark)[key]["state"] in ("to-persist", "materialized")
     memphis.clear(spark)
     assert spark.sql("SELECT * FROM memphis_cache()").count() == 0
-    assert memphis.stats(spark)["bytes_held"] == 0
+    assert memphis.stats(spark)["bytes_held"] == 0, memphis.entries(spark).to_string()
 
 
 def hashed(spark, rows):

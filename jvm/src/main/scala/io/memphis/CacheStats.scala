@@ -2,7 +2,7 @@ package io.memphis
 
 import java.util.concurrent.atomic.AtomicLong
 
-/** The decisions and holdings of a [[LineageCache]], as named counters safe to bump from any thread. */
+/** The decisions of a [[LineageCache]], as named counters safe to bump from any thread. */
 final class CacheStats {
   import CacheStats.Counter
 
@@ -26,7 +26,6 @@ object CacheStats {
     val Evicted = Value("evicted")
     val Invalidated = Value("invalidated")
     val Refused = Value("refused")
-    val BytesHeld = Value("bytes_held")
     val ComputeSavedMs = Value("compute_saved_ms")
   }
 }

@@ -30,6 +30,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   // a cached relation (to-persist or materialized) whose RDD Spark has built.
   private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
   private val byRdd = mutable.Map.empty[Int, CacheEntry]
+  /** How many times memphis persisted anything: numbers cached relations' names. */
+  private var persists = 0L
   /** The session of the latest decision: its confs (budget, policy) and CacheManager serve evictions. */
   private var session: Option[SparkSession] = None
 
@@ -49,9 +51,12 @@ final class LineageCache private (val sparkContext: SparkContext) {
     if (cap > 0) math.min(byFraction, cap) else byFraction
   }
 
-  /** What `memphis_stats()` shows: the counters, then the budget. */
+  /** Bytes memphis holds in Spark storage now: derived from the entries, so it cannot drift. */
+  def heldBytes: Long = synchronized(entries.values.filter(e => EntryState.Holding.contains(e.state)).map(_.sizeBytes).sum)
+
+  /** What `memphis_stats()` shows: the counters, then what is held and the budget. */
   def statsRows(conf: SQLConf): Seq[(String, Long)] =
-    stats.snapshot :+ ("storage_budget_bytes" -> storageBudgetBytes(conf))
+    stats.snapshot ++ Seq("bytes_held" -> heldBytes, "storage_budget_bytes" -> storageBudgetBytes(conf))
 
   /**
    * Looks at one query's analyzed plan: drops entries whose sources changed, then for each
@@ -91,7 +96,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
         if (minOccurrences <= 1) persist(session, e, subplan)
         false
       case Some(e) if EntryState.Holding.contains(e.state) &&
-          SparkShim.cachedRelationName(session, subplan).contains(Some(LineageCache.relationName(e))) =>
+          SparkShim.cachedRelationName(session, subplan).contains(e.relationName) =>
         e.occurrences += 1
         e.hits += 1
         e.lastAccess = now
@@ -130,9 +135,11 @@ final class LineageCache private (val sparkContext: SparkContext) {
       val conf = SparkShim.sqlConf(session)
       val adaptive = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
       val before = conf.getConfString(adaptive, "false")
+      persists += 1
+      e.relationName = Some(s"memphis ${e.key.hash} #$persists")
       conf.setConfString(adaptive, "true")
-      try SparkShim.cacheManager(session).cacheQuery(SparkShim.classic(session), subplan,
-        Some(LineageCache.relationName(e)), StorageLevel.MEMORY_AND_DISK)
+      try SparkShim.cacheManager(session).cacheQuery(SparkShim.classic(session), subplan, e.relationName,
+        StorageLevel.MEMORY_AND_DISK)
       finally conf.setConfString(adaptive, before)
       e.plan = Some(subplan)
       e.persistedAt = System.currentTimeMillis()
@@ -187,8 +194,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private def forget(e: CacheEntry): Unit = {
     e.rddId.foreach(byRdd.remove)
     e.rddId = None
+    e.relationName = None
     e.plan = None
-    stats.add(Counter.BytesHeld, -e.sizeBytes)
     e.stored.clear()
   }
 
@@ -206,9 +213,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   def blockUpdated(rddId: Int, partition: Int, isStored: Boolean, bytes: Long): Unit = synchronized {
     byRdd.get(rddId).orElse(adopt(rddId)).foreach { e =>
-      val before = e.stored.getOrElse(partition, 0L)
       if (isStored) e.stored(partition) = bytes else e.stored.remove(partition)
-      stats.add(Counter.BytesHeld, e.stored.getOrElse(partition, 0L) - before)
       if (e.state == EntryState.ToPersist && e.stored.size == e.partitions) {
         e.state = EntryState.Materialized
         e.costMs = System.currentTimeMillis() - e.persistedAt
@@ -240,7 +245,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     }
     // In the policy's order; when the next to go is still read, wait for its execution to end.
     val order = EvictionPolicy.evictionOrder(policy, entries.values.filter(_.state == EntryState.Materialized).toSeq)
-    order.iterator.takeWhile(e => stats.get(Counter.BytesHeld) > budget && idle(e)).foreach { e =>
+    order.iterator.takeWhile(e => heldBytes > budget && idle(e)).foreach { e =>
       release(session, e, EntryState.Evicted, Counter.Evicted,
         f"over the budget of $budget bytes ($policy score ${EvictionPolicy.score(policy, e)}%.3g)")
     }
@@ -249,7 +254,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** The to-persist entry whose cached relation's RDD this is, now that Spark has built it. */
   private def adopt(rddId: Int): Option[CacheEntry] =
     SparkShim.persistedRdd(sparkContext, rddId).flatMap { case (name, partitions) =>
-      entries.values.find(e => e.state == EntryState.ToPersist && e.rddId.isEmpty && LineageCache.relationName(e) == name)
+      entries.values.find(e => e.state == EntryState.ToPersist && e.rddId.isEmpty && e.relationName.contains(name))
         .map { e =>
           e.rddId = Some(rddId)
           e.partitions = partitions
@@ -323,9 +328,6 @@ object LineageCache {
     case p if p.expressions.exists(_.exists(_.isInstanceOf[PythonUDF])) => true
     case p => (p eq root) && !p.isInstanceOf[LeafNode] && p.exists(c => (c ne p) && isCandidate(c, root))
   }
-
-  /** The name memphis gives a cached relation: shown by explain(), and how its RDD is found. */
-  def relationName(e: CacheEntry): String = s"memphis ${e.key.hash}"
 
   private def contains(key: LineageKey, hash: String): Boolean =
     key.hash == hash || key.children.exists(contains(_, hash))

@@ -51,7 +51,7 @@ class MemphisExtensionSuite extends AnyFunSuite with BeforeAndAfterEach {
     val spark = newSession()
     awaitBudget(spark)
     val bySql = statsBySql(spark)
-    assert(bySql.keySet == CacheStats.Counter.values.map(_.toString).toSet + "storage_budget_bytes")
+    assert(bySql.keySet == CacheStats.Counter.values.map(_.toString).toSet + "bytes_held" + "storage_budget_bytes")
     assert(CacheStats.Counter.values.toSeq.forall(c => bySql(c.toString) == 0L))
     assert(bySql("storage_budget_bytes") > 0L)
     val json = PythonFacade.statsJson(spark)

@@ -40,6 +40,8 @@ final class CacheEntry(val key: LineageKey, now: Long) {
   var misses = 0L
   var lastAccess: Long = now
   var reason = "first occurrence"
+  /** The name of its cached relation, unique per persist: shown by explain(), and how its RDD is found. */
+  var relationName: Option[String] = None
   /** The cached RDD that holds the data, while the entry is persisted. */
   var rddId: Option[Int] = None
   var partitions = 0
