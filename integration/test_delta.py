@@ -36,6 +36,18 @@ seen["latest_after"] = memphis.lineage_key(latest)  # the same DataFrame, built 
 seen["pinned_after"] = memphis.lineage_key(spark.read.format("delta").option("versionAsOf", 0).load(path).where("id > 10"))
 seen["counts"] = [latest.count(), pinned.count()]
 seen["explain"] = memphis.explain_key(latest)
+
+# Reuse: an aggregate over the table, persisted and served, then a commit by another process.
+def per_bucket():
+    from pyspark.sql import functions as F
+    return sorted(map(tuple, spark.read.format("delta").load(path).groupBy((F.col("id") % 3).alias("b")).count().collect()))
+rounds = [per_bucket() for _ in range(3)]
+stats = memphis.stats(spark)
+subprocess.run([sys.executable, "-c", writer, path, "130", "160", "append"], check=True, capture_output=True)
+seen["reuse"] = {"rounds_equal": rounds[0] == rounds[1] == rounds[2], "hits": stats["hits"],
+                 "after_commit": per_bucket(), "invalidated": memphis.stats(spark)["invalidated"] - stats["invalidated"]}
+spark.conf.set("spark.memphis.enabled", "false")
+seen["reuse"]["plain"] = per_bucket()
 seen["explain_pinned"] = [memphis.explain_key(pinned), memphis.explain_key(spark.read.format("delta").option("versionAsOf", 0).load(path).where("id > 10"))]
 print(json.dumps(seen))
 """
@@ -55,3 +67,7 @@ def test_append_by_another_process(tmp_path):
     assert seen["latest_after"] != seen["pinned_after"], "a pinned read must not share a latest read's key"
     assert seen["counts"] == [119, 89]
     assert "at version 1" in seen["explain"]
+    reuse = seen["reuse"]
+    assert reuse["rounds_equal"] and reuse["hits"] >= 1
+    assert reuse["invalidated"] == 1 and reuse["after_commit"] == reuse["plain"]
+    assert sum(count for _, count in reuse["after_commit"]) == 160

@@ -208,3 +208,28 @@ def test_an_entry_larger_than_the_budget_is_never_persisted_again(fresh):
         assert memphis.stats(spark)["refused"] == refused + 1 and memphis.stats(spark)["bytes_held"] == 0
     finally:
         spark.conf.unset("spark.memphis.storage.maxBytes")
+
+
+def test_concurrent_queries_answer_right_and_persist_each_entry_once(fresh, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    spark = fresh
+    path = sales(spark, str(tmp_path / "sales"))
+    thresholds = [0, 50, 100, 150, 200, 250, 300, 350] * 3
+
+    def query(threshold):
+        return sorted(per_key(spark, path).where(F.col("total") > threshold).collect())
+
+    spark.conf.set("spark.memphis.enabled", "false")
+    try:
+        expected = {t: query(t) for t in set(thresholds)}
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+    before = memphis.stats(spark)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(query, thresholds))
+    assert answers == [expected[t] for t in thresholds]
+    after = memphis.stats(spark)
+    held = [e for e in entry_states(spark).values() if e["state"] in ("to-persist", "materialized")]
+    assert held and after["persisted"] - before["persisted"] == len(held)  # each persisted once
+    assert after["hits"] > before["hits"]
