@@ -4,7 +4,8 @@
 
 For plans of 10, 100 and 1 000 operators, and for a text source of 10 000 files, times (median of
 repeats, in one process) memphis computing the key and Spark analyzing, then fully planning, the
-same plan (for the files: Spark listing them to build the DataFrame). Each goes through one py4j
+same plan (for the files: Spark listing them to build the DataFrame); and the planning time of
+each plan with memphis off and on (its reuse rule keys every subplan). Each goes through one py4j
 call. Writes
 benchmarks/results/lineage_keys.json and .md.
 """
@@ -53,21 +54,27 @@ def main(argv=None) -> int:
     spark = memphis.session("local[2]", app_name="memphis-bench-keys", **{"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     jvm, jsession = spark._jvm, spark._jsparkSession
-    rows = []
+    rows, overhead = [], []
     try:
         for operators in tqdm([10, 100, 1000], desc="plans", file=sys.stderr):
             df = plan_of(spark, operators)
             logical = df._jdf.queryExecution().logical()
             dataset = jvm.org.apache.spark.sql.classic.Dataset
             analysis = median_ms(lambda: dataset.ofRows(jsession, logical), args.repeats)
-            planning = median_ms(lambda: dataset.ofRows(jsession, logical).queryExecution().executedPlan(),
-                                 args.repeats)
+            def plan():
+                return dataset.ofRows(jsession, logical).queryExecution().executedPlan()
+
+            spark.conf.set("spark.memphis.enabled", "false")
+            planning = median_ms(plan, args.repeats)
+            spark.conf.set("spark.memphis.enabled", "true")
+            planning_on = median_ms(plan, args.repeats)  # the reuse rule keys every subplan
             key = median_ms(lambda: memphis.lineage_key(df), args.repeats)
             assert memphis.lineage_key(df) is not None
             case = f"plan of {operators} operators"
             rows.append({"case": case, "key_ms": key, "spark_ms": analysis, "spark_does": "analysis"})
             rows.append({"case": case, "key_ms": key, "spark_ms": planning,
                          "spark_does": "analysis + optimization + physical planning"})
+            overhead.append({"case": case, "plain_ms": planning, "memphis_ms": planning_on})
 
         with tempfile.TemporaryDirectory(prefix="memphis-bench-files-") as directory:
             for i in tqdm(range(args.files), desc="writing files", file=sys.stderr):
@@ -88,10 +95,13 @@ def main(argv=None) -> int:
         row["ratio"] = row["key_ms"] / row["spark_ms"]
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "lineage_keys.json"), "w") as f:
-        json.dump({"environment": env, "repeats": args.repeats, "rows": rows}, f, indent=2)
+        json.dump({"environment": env, "repeats": args.repeats, "rows": rows, "planning": overhead}, f, indent=2)
     lines = ["| case | key ms | Spark ms | Spark does | key / Spark |", "|---|---|---|---|---|"]
     lines += [f"| {r['case']} | {r['key_ms']:.1f} | {r['spark_ms']:.1f} | {r['spark_does']} | {r['ratio']:.2f} |"
               for r in rows]
+    lines += ["", "| case | planning ms, memphis off | planning ms, memphis on | added ms |", "|---|---|---|---|"]
+    lines += [f"| {o['case']} | {o['plain_ms']:.1f} | {o['memphis_ms']:.1f} | {o['memphis_ms'] - o['plain_ms']:.1f} |"
+              for o in overhead]
     table = "\n".join(lines) + "\n"
     command = "python benchmarks/lineage_keys.py " + " ".join(argv if argv is not None else sys.argv[1:])
     with open(os.path.join(RESULTS, "lineage_keys.md"), "w") as f:

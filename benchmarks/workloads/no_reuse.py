@@ -1,0 +1,24 @@
+"""Nothing to reuse: every query is different, so memphis can only cost (keys, bookkeeping).
+The target is memphis within 5 % of plain Spark."""
+import os
+
+from memphis.bench import Workload
+
+
+def write(spark, directory, scale):
+    path = os.path.join(directory, "events")
+    spark.range(int(2_000_000 * scale)).selectExpr("id", "id % 1000 AS k", "(id * 13) % 97 AS v") \
+        .write.mode("overwrite").parquet(path)
+    return path
+
+
+def run(spark, path):
+    events = spark.read.parquet(path)
+    # Each query aggregates by another key under another filter: no subplan recurs.
+    return [sorted(map(tuple, events.where(f"v > {i}").groupBy((events.k % (i + 2)).alias("g"))
+                       .agg({"v": "sum"}).collect())) for i in range(20)]
+
+
+def workload(directory):
+    return Workload(name="no_reuse", description="20 distinct aggregates over one Parquet table",
+                    prepare=lambda spark, scale: write(spark, directory, scale), run=run)
