@@ -88,6 +88,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private def observe(session: SparkSession, subplan: LogicalPlan, key: LineageKey, minOccurrences: Int): Boolean = {
     val now = System.currentTimeMillis()
     entries.get(key.hash).filter(_.key.sameLineage(key)) match {
+      case None if entries.contains(key.hash) =>
+        decide(Counter.Refused, s"no reuse of ${subplan.nodeName}: its key hash ${key.hash} collides with another plan's")
+        false
       case None =>
         val e = new CacheEntry(key, now)
         entries(key.hash) = e
@@ -118,8 +121,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** Keeps the entries that only remember (seen, evicted, invalid) to a bounded number, oldest out. */
   private def forgetOldestSeen(): Unit = {
     val remembered = entries.values.filterNot(e => EntryState.Holding.contains(e.state))
-    val excess = remembered.size - LineageCache.MaxRemembered
-    if (excess > 0) remembered.toSeq.sortBy(_.lastAccess).take(excess).foreach(e => entries.remove(e.key.hash))
+    if (remembered.size > LineageCache.MaxRemembered) entries.remove(remembered.minBy(_.lastAccess).key.hash)
   }
 
   /**
