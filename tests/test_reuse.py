@@ -233,3 +233,20 @@ def test_concurrent_queries_answer_right_and_persist_each_entry_once(fresh, tmp_
     held = [e for e in entry_states(spark).values() if e["state"] in ("to-persist", "materialized")]
     assert held and after["persisted"] - before["persisted"] == len(held)  # each persisted once
     assert after["hits"] > before["hits"]
+
+
+def test_an_evicted_entry_is_persisted_again_when_it_returns(fresh):
+    spark = fresh
+
+    def df():
+        return spark.range(20_000).groupBy((F.col("id") % 11).alias("k")).count()
+
+    key = memphis.lineage_key(df())
+    answer = sorted(df().collect())
+    df().collect()  # second occurrence: persisted
+    assert eventually(lambda: entry_states(spark)[key]["state"] == "materialized")
+    spark.catalog.clearCache()  # unpersisted outside memphis
+    assert eventually(lambda: entry_states(spark)[key]["state"] == "evicted")
+    assert sorted(df().collect()) == answer  # its return persists it again at once
+    entry = entry_states(spark)[key]
+    assert entry["state"] in ("to-persist", "materialized") and entry["misses"] == 1

@@ -112,8 +112,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
         e.lastAccess = now
         if (e.state == EntryState.Evicted) e.misses += 1
         decide(Counter.Misses, s"miss ${key.hash} (${e.state}, occurrence ${e.occurrences})")
+        // An evicted entry already proved its reuse: it is persisted again when it returns.
         if (e.tooLarge) decide(Counter.Refused, s"no reuse of ${key.hash}: ${e.reason}")
-        else if (e.occurrences >= minOccurrences) persist(session, e, subplan)
+        else if (e.state == EntryState.Evicted || e.occurrences >= minOccurrences) persist(session, e, subplan)
         false
     }
   }

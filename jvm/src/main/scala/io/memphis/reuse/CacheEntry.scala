@@ -10,8 +10,8 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
  * {{{
  *   Seen --k-th occurrence--> ToPersist --all partitions stored--> Materialized
  *     ^                          ^  \________ partition lost ________/  |
- *     |                          |                                       |
- *     |                       Evicted <-- unpersisted (clear, budget, outside memphis)
+ *     |                  next occurrence                                 |
+ *     |                       Evicted <-- unpersisted (budget, memphis off, outside memphis)
  *   Invalid <-- a source changed (unpersisted, with the entries built on it)
  * }}}
  * Only ToPersist and Materialized entries hold a cached relation in Spark's CacheManager.
