@@ -65,6 +65,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * a just-persisted one are (they fill it).
    */
   def consider(session: SparkSession, plan: LogicalPlan): Unit = {
+    // This runs for every query: one with nothing to persist and nothing held to check costs no keys.
+    val holding = synchronized(entries.values.exists(e => EntryState.Holding.contains(e.state)))
+    if (!holding && !plan.exists(LineageCache.isCandidate(_, plan))) return
     val results = LineageKey.ofSubplans(plan, SparkShim.keyContext(session))
     synchronized {
       this.session = Some(session)
