@@ -143,6 +143,53 @@ def test_min_occurrences_and_clear(fresh):
     memphis.clear(spark)
     assert spark.sql("SELECT * FROM memphis_cache()").count() == 0
     assert memphis.stats(spark)["bytes_held"] == 0, memphis.entries(spark).to_string()
+    assert spark_cache_is_empty(spark), "clear leaves nothing in Spark's CacheManager"
+
+
+def spark_cache_is_empty(spark):
+    return spark._jsparkSession.sharedState().cacheManager().isEmpty()
+
+
+def test_a_subplan_inside_a_persisted_one_is_counted_not_persisted(fresh, tmp_path):
+    spark = fresh
+    path = sales(spark, str(tmp_path / "sales"))
+
+    def joined():
+        keys = spark.range(50).selectExpr("id AS key", "id % 3 AS region")
+        return spark.read.parquet(path).join(keys, F.col("k") == F.col("key"))
+
+    def per_region():
+        return joined().groupBy("region").agg(F.sum("v").alias("total"), F.count("*").alias("n"))
+
+    def queries():
+        return [per_region().where(F.col("n") > i) for i in range(3)]
+
+    answers = [sorted(df.collect()) for df in queries()]
+    aggregate, join = memphis.lineage_key(per_region()), memphis.lineage_key(joined())
+    entries = entry_states(spark)
+    assert entries[aggregate]["state"] in ("to-persist", "materialized") and entries[aggregate]["hits"] == 1
+    assert entries[aggregate]["consumers"] == 3
+    # The join recurred only inside the aggregate, which serves every query that needs it.
+    assert entries[join]["state"] == "seen" and entries[join]["occurrences"] == 2
+
+    memphis.clear(spark)  # what memphis persisted, and nothing more, leaves Spark's cache
+    assert spark_cache_is_empty(spark)
+    spark.conf.set("spark.memphis.enabled", "false")
+    try:
+        assert [sorted(df.collect()) for df in queries()] == answers
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+
+
+def test_with_min_occurrences_1_a_shared_subplan_is_persisted_when_it_recurs_in_another_query(fresh, tmp_path):
+    spark = fresh
+    spark.conf.set("spark.memphis.reuse.minOccurrences", "1")
+    path = sales(spark, str(tmp_path / "sales"))
+    shared = memphis.lineage_key(per_key(spark, path))
+    per_key(spark, path).groupBy("n").count().collect()  # the query's root is persisted, not what it is built on
+    assert entry_states(spark)[shared]["state"] == "seen"
+    per_key(spark, path).where(F.col("n") > 3).collect()  # recurs in another query: now persisted too
+    assert entry_states(spark)[shared]["state"] in ("to-persist", "materialized")
 
 
 def hashed(spark, rows):
@@ -161,8 +208,6 @@ def cheap(spark):
 
 def held_keys(spark):
     return {k for k, e in entry_states(spark).items() if e["state"] == "materialized"}
-
-
 
 
 @pytest.mark.parametrize("policy, kept", [("costnsize", expensive), ("lru", cheap)])
@@ -250,3 +295,29 @@ def test_an_evicted_entry_is_persisted_again_when_it_returns(fresh):
     assert sorted(df().collect()) == answer  # its return persists it again at once
     entry = entry_states(spark)[key]
     assert entry["state"] in ("to-persist", "materialized") and entry["misses"] == 1
+
+
+def test_an_entry_read_by_a_running_query_is_not_evicted_under_it(fresh):
+    spark = fresh
+    spark.conf.set("spark.memphis.reuse.minOccurrences", "1")
+    base = hashed(spark, 100_000)
+    answer = sorted(base.collect())
+    key = memphis.lineage_key(base)
+    assert eventually(lambda: entry_states(spark)[key]["state"] == "materialized")
+    # Seconds of work on top of the entry: 20 ms for each of its 500 rows.
+    reader = hashed(spark, 100_000).selectExpr("k", "m", "reflect('java.lang.Thread', 'sleep', 20L) AS slept")
+    # Planned before its action runs, so only the job that reads the entry can protect it.
+    reader._jdf.queryExecution().executedPlan()
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            running = pool.submit(reader.collect)
+            assert eventually(lambda: entry_states(spark)[key]["readers"] == 1), entry_states(spark)[key]
+            spark.conf.set("spark.memphis.storage.maxBytes", "1")
+            cheap(spark).collect()  # materializes, so memphis enforces the budget, which it is over
+            assert eventually(lambda: memphis.stats(spark)["evicted"] >= 1)
+            assert not running.done() and entry_states(spark)[key]["state"] == "materialized"
+            assert sorted((r.k, r.m) for r in running.result()) == answer
+        assert eventually(lambda: entry_states(spark)[key]["state"] == "evicted"), entry_states(spark)[key]
+    finally:
+        spark.conf.unset("spark.memphis.storage.maxBytes")

@@ -4,6 +4,7 @@ Also the corpus of tests/test_reuse_corpus.py (answers with memphis off and on).
 baseline caches the shared subplans by hand, as a Spark expert would, and unpersists them after.
 """
 import os
+from contextlib import contextmanager
 
 from memphis.bench import Workload
 
@@ -85,23 +86,34 @@ def register(spark, directory):
         spark.read.parquet(os.path.join(directory, name)).createOrReplaceTempView(name)
 
 
-def run(spark, directory):
-    register(spark, directory)
-    return [sorted(map(tuple, spark.sql(q).collect())) for q in QUERIES]
+def answers(spark, queries):
+    return [sorted(map(tuple, spark.sql(q).collect())) for q in queries]
 
 
-def expert(spark, directory):
-    register(spark, directory)
+@contextmanager
+def cached_by_hand(spark, shared):
+    """What an expert does: cache() the shared DataFrames before the session, unpersist() after."""
     # An expert also lets adaptive execution coalesce the cached plans' partitions.
     coalesce = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
     spark.conf.set(coalesce, "true")
-    cached = [spark.sql(q).cache() for q in SHARED]
+    cached = [spark.sql(q).cache() for q in shared]
     try:
-        return [sorted(map(tuple, spark.sql(q).collect())) for q in QUERIES]
+        yield
     finally:
         for df in cached:
             df.unpersist()
         spark.conf.unset(coalesce)
+
+
+def run(spark, directory):
+    register(spark, directory)
+    return answers(spark, QUERIES)
+
+
+def expert(spark, directory):
+    register(spark, directory)
+    with cached_by_hand(spark, SHARED):
+        return answers(spark, QUERIES)
 
 
 def workload(directory):

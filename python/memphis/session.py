@@ -165,7 +165,7 @@ def entries(spark):
     """One row per memphis cache entry, as a pandas DataFrame (what ``memphis_cache()`` shows).
 
     Columns: key, state (seen, to-persist, materialized, evicted, invalid), occurrences, hits,
-    misses, size_bytes, partitions_stored, partitions, cost_ms, score, height, last_access_ms,
+    misses, consumers (distinct queries that used it), readers (running queries that read it), size_bytes, partitions_stored, partitions, cost_ms, score, height, last_access_ms,
     reason.
 
     Examples

@@ -4,7 +4,7 @@ import scala.collection.mutable
 
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, SourceFingerprint}
-import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, StorageListener}
+import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, ReuseRule, StorageListener}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.PythonUDF
@@ -21,7 +21,7 @@ import org.slf4j.LoggerFactory
  * let go; Spark's CacheManager holds the cached relations and substitutes them into queries.
  */
 final class LineageCache private (val sparkContext: SparkContext) {
-  import LineageCache.log
+  import LineageCache.{log, Observed}
 
   val stats = new CacheStats
 
@@ -74,33 +74,53 @@ final class LineageCache private (val sparkContext: SparkContext) {
       dropStale(session, plan, results)
     }
     val minOccurrences = MemphisConf.MinOccurrences.get(SQLConf.get)
+    // The query that consumes each subplan: its own key, or its plan's shape when it has none.
+    val consumer = results.collectFirst { case (p, Right(k)) if p eq plan => k.hash }
+      .getOrElse(plan.semanticHash().toHexString)
     val served = mutable.Set.empty[LogicalPlan]
+    val due = mutable.ArrayBuffer.empty[(LogicalPlan, CacheEntry)]
     results.foreach { case (subplan, result) =>
       if (LineageCache.isCandidate(subplan, plan) && !served.exists(_.exists(_ eq subplan))) {
         result match {
           case Left(reason) => decide(Counter.Refused, s"no reuse of ${subplan.nodeName}: $reason")
           case Right(key) => synchronized {
-            if (observe(session, subplan, key, minOccurrences)) served += subplan
+            observe(session, subplan, key, minOccurrences, consumer) match {
+              case Observed.Served => served += subplan
+              case Observed.Due(e) => due += subplan -> e
+              case Observed.Counted =>
+            }
           }
         }
       }
     }
+    // A due subplan inside another one is persisted only when it recurred more often than that one
+    // (it is shared beyond it): otherwise the outer one serves every query that needs it.
+    val chosen = due.foldLeft(List.empty[(LogicalPlan, CacheEntry)]) { case (picked, (subplan, e)) =>
+      val outer = picked.filter(_._1.exists(_ eq subplan)).map(_._2.occurrences)
+      if (outer.forall(e.occurrences > _)) (subplan, e) :: picked else picked
+    }
+    // Innermost first (`chosen` is reversed): an outer subplan's cached plan then reads the inner
+    // one's cached relation, so the job that fills the outer one fills both.
+    synchronized(chosen.foreach { case (subplan, e) => persist(session, e, subplan) })
   }
 
-  /** Returns true when the subplan will be served from Spark storage in this query (not just filled). */
-  private def observe(session: SparkSession, subplan: LogicalPlan, key: LineageKey, minOccurrences: Int): Boolean = {
+  /** Counts an occurrence of the subplan, and says whether this query reads it from storage or should persist it. */
+  private def observe(session: SparkSession, subplan: LogicalPlan, key: LineageKey, minOccurrences: Int,
+      consumer: String): Observed = {
     val now = System.currentTimeMillis()
-    entries.get(key.hash).filter(_.key.sameLineage(key)) match {
+    val known = entries.get(key.hash).filter(_.key.sameLineage(key))
+    known.foreach(_.addConsumer(consumer))
+    known match {
       case None if entries.contains(key.hash) =>
         decide(Counter.Refused, s"no reuse of ${subplan.nodeName}: its key hash ${key.hash} collides with another plan's")
-        false
+        Observed.Counted
       case None =>
         val e = new CacheEntry(key, now)
+        e.addConsumer(consumer)
         entries(key.hash) = e
         forgetOldestSeen()
         decide(Counter.Misses, s"seen ${key.hash}: first occurrence")
-        if (minOccurrences <= 1) persist(session, e, subplan)
-        false
+        if (minOccurrences <= 1) Observed.Due(e) else Observed.Counted
       case Some(e) if EntryState.Holding.contains(e.state) &&
           SparkShim.cachedRelationName(session, subplan).contains(e.relationName) =>
         e.occurrences += 1
@@ -109,7 +129,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
         stats.add(Counter.ComputeSavedMs, e.costMs)
         currentExecution.foreach(e.readers += _)
         decide(Counter.Hits, s"reuse ${key.hash} (${e.state}, hit ${e.hits})")
-        true
+        Observed.Served
       case Some(e) =>
         e.occurrences += 1
         e.lastAccess = now
@@ -117,8 +137,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
         decide(Counter.Misses, s"miss ${key.hash} (${e.state}, occurrence ${e.occurrences})")
         // An evicted entry already proved its reuse: it is persisted again when it returns.
         if (e.tooLarge) decide(Counter.Refused, s"no reuse of ${key.hash}: ${e.reason}")
-        else if (e.state == EntryState.Evicted || e.occurrences >= minOccurrences) persist(session, e, subplan)
-        false
+        val wanted = e.state == EntryState.Evicted || e.occurrences >= minOccurrences
+        if (wanted && !e.tooLarge) Observed.Due(e) else Observed.Counted
     }
   }
 
@@ -144,8 +164,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
       persists += 1
       e.relationName = Some(s"memphis ${e.key.hash} #$persists")
       conf.setConfString(adaptive, "true")
-      try SparkShim.cacheManager(session).cacheQuery(SparkShim.classic(session), subplan, e.relationName,
-        StorageLevel.MEMORY_AND_DISK)
+      try ReuseRule.suspended(SparkShim.cacheManager(session).cacheQuery(SparkShim.classic(session), subplan,
+        e.relationName, StorageLevel.MEMORY_AND_DISK))
       finally conf.setConfString(adaptive, before)
       e.plan = Some(subplan)
       e.persistedAt = System.currentTimeMillis()
@@ -188,7 +208,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private def release(session: SparkSession, e: CacheEntry, state: EntryState.Value, counter: Counter.Value,
       why: String): Unit = {
     if (EntryState.Holding.contains(e.state)) {
-      e.plan.foreach(SparkShim.cacheManager(session).uncacheQuery(SparkShim.classic(session), _, false, false))
+      e.plan.foreach(p => ReuseRule.suspended(
+        SparkShim.cacheManager(session).uncacheQuery(SparkShim.classic(session), p, false, false)))
     }
     forget(e)
     e.state = state
@@ -273,9 +294,24 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private def currentExecution: Option[Long] =
     Option(sparkContext.getLocalProperty("spark.sql.execution.id")).map(_.toLong)
 
-  def executionEnded(executionId: Long): Unit = synchronized {
-    entries.values.foreach(_.readers -= executionId)
-    session.foreach(enforceBudget)
+  /**
+   * A job reads the cached RDDs among `rdds` (id, name): their entries are protected until its SQL
+   * execution ends (or the job, outside SQL). This covers plans made before their action ran (e.g.
+   * an explained or re-collected DataFrame), which planning could not tie to an execution.
+   */
+  def jobStarted(jobId: Int, executionId: Option[Long], rdds: Seq[(Int, String)]): Unit = synchronized {
+    val reader = executionId.getOrElse(LineageCache.jobReader(jobId))
+    rdds.foreach { case (id, name) =>
+      byRdd.get(id).orElse(entries.values.find(e => e.relationName.exists(n => name.endsWith(n))))
+        .filter(e => EntryState.Holding.contains(e.state))
+        .foreach(_.readers += reader)
+    }
+  }
+
+  /** A SQL execution (or a job, see [[jobStarted]]) ended: what only it read may be evicted now. */
+  def readerEnded(reader: Long): Unit = synchronized {
+    val read = entries.values.count(_.readers.remove(reader))
+    if (read > 0) session.foreach(enforceBudget)
   }
 
   def rddUnpersisted(rddId: Int): Unit = synchronized {
@@ -311,6 +347,17 @@ object LineageCache {
       cache
     }
   }
+
+  /** What one occurrence of a subplan comes to in its query. */
+  private sealed trait Observed
+  private object Observed {
+    case object Served extends Observed
+    final case class Due(entry: CacheEntry) extends Observed
+    case object Counted extends Observed
+  }
+
+  /** The reader id of a job outside any SQL execution: negative, so it never equals an execution id. */
+  def jobReader(jobId: Int): Long = -1L - jobId
 
   /** How many entries that hold nothing are remembered; each keeps only its key. */
   val MaxRemembered = 10000

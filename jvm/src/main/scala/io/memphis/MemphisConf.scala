@@ -54,8 +54,25 @@ object MemphisConf {
     "Which cached subplan goes first when memphis holds more than its budget (see docs/architecture.md).")(
     v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(reuse.EvictionPolicy.Names.contains))
 
-  val All: Seq[Entry[_]] =
-    Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, EvictionPolicyName, LineageMaxListedFiles)
+  // The driver-side tiers (Python) read these three; they are declared here so that the session
+  // validates them with the rest.
+  val HostMaxBytes: Entry[Long] = Entry(
+    Prefix + "host.maxBytes", "0", "a byte size such as 0, 512m or 4g (0 means a quarter of the driver's RAM)",
+    "Bytes of driver memory the host tier may hold for traced arrays, reused functions and collected DataFrames.")(
+    parseBytes)
+
+  val DiskDir: Entry[String] = Entry(
+    Prefix + "disk.dir", "", "a directory path (empty means memphis-<user> under the system temp directory)",
+    "Where the disk tier spills host entries; created private to the user (mode 0700).")(
+    v => Some(v.trim))
+
+  val DiskMaxBytes: Entry[Long] = Entry(
+    Prefix + "disk.maxBytes", "10g", "a byte size such as 0, 512m or 10g (0 turns spilling off)",
+    "Bytes the disk tier may hold; the entries of least value go first.")(
+    parseBytes)
+
+  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, EvictionPolicyName,
+    LineageMaxListedFiles, HostMaxBytes, DiskDir, DiskMaxBytes)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))

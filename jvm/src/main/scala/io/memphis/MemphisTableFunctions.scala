@@ -27,13 +27,13 @@ object MemphisTableFunctions {
   val entries: Description = tableFunction("memphis_cache",
     "Returns one row per memphis cache entry: its key, state, counts, size and last decision.",
     Seq("key" -> StringType, "state" -> StringType, "occurrences" -> IntegerType, "hits" -> LongType,
-      "misses" -> LongType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
+      "misses" -> LongType, "consumers" -> IntegerType, "readers" -> IntegerType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
       "partitions" -> IntegerType, "cost_ms" -> LongType, "score" -> DoubleType, "height" -> IntegerType,
       "last_access_ms" -> LongType, "reason" -> StringType),
     cache => {
       val policy = MemphisConf.EvictionPolicyName.get(SQLConf.get)
       cache.entryRows(e => InternalRow(UTF8String.fromString(e.key.hash),
-        UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.sizeBytes, e.stored.size,
+        UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.stored.size,
         e.partitions, e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess,
         UTF8String.fromString(e.reason)))
     })

@@ -28,7 +28,6 @@ object EntryState extends Enumeration {
 
 /**
  * One subplan memphis has seen. Mutable, and guarded by its [[io.memphis.LineageCache]]'s lock.
- *
  */
 final class CacheEntry(val key: LineageKey, now: Long) {
   /** The analyzed subplan Spark's CacheManager holds, while the entry is persisted. */
@@ -55,5 +54,15 @@ final class CacheEntry(val key: LineageKey, now: Long) {
   /** Bytes (memory + disk) of each stored partition. */
   val stored: mutable.Map[Int, Long] = mutable.Map.empty
 
+  /** Distinct queries (by key) that used it, up to [[CacheEntry.MaxConsumers]]. */
+  val consumers: mutable.Set[String] = mutable.Set.empty
+
+  def addConsumer(query: String): Unit = if (consumers.size < CacheEntry.MaxConsumers) consumers += query
+
   def sizeBytes: Long = stored.values.sum
+}
+
+object CacheEntry {
+  /** Bounds what an entry remembers of its consumers: beyond this, it is "many". */
+  val MaxConsumers = 1000
 }

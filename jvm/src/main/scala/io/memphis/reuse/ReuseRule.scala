@@ -23,20 +23,30 @@ import org.apache.spark.sql.internal.SQLConf
  */
 final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan = {
-    if (!ReuseRule.inside.get()) {
-      ReuseRule.inside.set(true) // Spark normalizes again inside cacheQuery/lookups: no re-entry
+    if (!ReuseRule.suspendedHere.get()) ReuseRule.suspended {
       try {
         val cache = LineageCache.forContext(session.sparkContext)
         if (MemphisConf.Enabled.get(SQLConf.get)) cache.consider(session, plan)
         else cache.releaseAll(session, "spark.memphis.enabled is false")
       } catch {
         case NonFatal(e) => LineageCache.log.warn(s"memphis: skipped reuse for this query after an internal error: $e", e)
-      } finally ReuseRule.inside.set(false)
+      }
     }
     plan
   }
 }
 
 object ReuseRule {
-  private val inside: ThreadLocal[Boolean] = ThreadLocal.withInitial(() => false)
+  private val suspendedHere: ThreadLocal[Boolean] = ThreadLocal.withInitial(() => false)
+
+  /**
+   * Runs `f` with the rule off on this thread. Spark's CacheManager normalizes every plan it is
+   * asked to cache or uncache, which runs this rule again: memphis's own calls must not count as
+   * queries (an uncache would persist the subplans of what it lets go).
+   */
+  def suspended[T](f: => T): T = {
+    val before = suspendedHere.get()
+    suspendedHere.set(true)
+    try f finally suspendedHere.set(before)
+  }
 }

@@ -1,14 +1,16 @@
 package io.memphis.reuse
 
 import io.memphis.LineageCache
-import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockUpdated, SparkListenerEvent, SparkListenerUnpersistRDD}
+import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockUpdated, SparkListenerEvent, SparkListenerJobEnd,
+  SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
 import org.apache.spark.storage.RDDBlockId
 
 /**
  * Tells the lineage cache what Spark's block managers actually store, so that "materialized" is
  * confirmed, not assumed, and partitions lost to Spark's own LRU or a lost executor are noticed;
- * and when SQL executions end, so that what they read may be evicted again.
+ * which jobs read cached data, and when they (or their SQL executions) end, so that what a running
+ * query reads is not evicted under it.
  */
 final class StorageListener(cache: LineageCache) extends SparkListener {
   override def onBlockUpdated(event: SparkListenerBlockUpdated): Unit = {
@@ -20,10 +22,18 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
     }
   }
 
+  override def onJobStart(event: SparkListenerJobStart): Unit = {
+    val execution = Option(event.properties).flatMap(p => Option(p.getProperty("spark.sql.execution.id"))).map(_.toLong)
+    val rdds = event.stageInfos.flatMap(_.rddInfos).filter(_.storageLevel.isValid).map(r => r.id -> r.name)
+    if (rdds.nonEmpty) cache.jobStarted(event.jobId, execution, rdds)
+  }
+
+  override def onJobEnd(event: SparkListenerJobEnd): Unit = cache.readerEnded(LineageCache.jobReader(event.jobId))
+
   override def onUnpersistRDD(event: SparkListenerUnpersistRDD): Unit = cache.rddUnpersisted(event.rddId)
 
   override def onOtherEvent(event: SparkListenerEvent): Unit = event match {
-    case end: SparkListenerSQLExecutionEnd => cache.executionEnded(end.executionId)
+    case end: SparkListenerSQLExecutionEnd => cache.readerEnded(end.executionId)
     case _ =>
   }
 }
