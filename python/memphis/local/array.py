@@ -21,6 +21,10 @@ TRACED_FUNCTIONS = {
     **{getattr(np, name): name for name in _NUMPY.split()},
     **{getattr(np.linalg, name): "linalg." + name for name in _LINALG.split()},
 }
+# Results that are views of their input: remade in no time, never cached, and never cut, so that
+# the rewrites in partial.py see what ``X.T`` is the transpose of.
+VIEW_OPCODES = {"transpose", "reshape", "ravel", "squeeze", "expand_dims", "diagonal"}
+_BASIC_INDEX = (int, slice, type(None), type(Ellipsis))
 _signatures = {}
 
 
@@ -61,9 +65,11 @@ def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
     return trace_item(opcode, (tuple(inputs), tuple(sorted(kwargs.items()))))
 
 
-def run(item: LineageItem, compute):
+def run(item: LineageItem, compute, *, view: bool = False):
     """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage."""
     tier = config.tier()
+    if view:
+        return wrap(compute(), bounded(item))
     if not item.deterministic:
         tier.count("refused")
         log.debug("not cached %s: it depends on unseeded randomness", item.opcode)
@@ -137,7 +143,7 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         except (Untraceable, TypeError) as why:
             return _plain(function, args, kwargs, why)
         item = partial.canonical_concatenation(function, args, kwargs) or item
-        return run(item, lambda: function(*_unwrap(args), **_unwrap(kwargs)))
+        return run(item, lambda: function(*_unwrap(args), **_unwrap(kwargs)), view=item.opcode in VIEW_OPCODES)
 
     def __array__(self, dtype=None, copy=None):
         if copy:
@@ -162,7 +168,8 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             item = trace_item("getitem", (self, index))
         except Untraceable as why:
             return _plain(lambda a, i: a[i], (self, index), {}, why)
-        return run(item, lambda: self._value[_unwrap(index)])
+        basic = all(isinstance(i, _BASIC_INDEX) for i in (index if type(index) is tuple else (index,)))
+        return run(item, lambda: self._value[_unwrap(index)], view=basic)
 
     def __len__(self):
         return len(self._value)

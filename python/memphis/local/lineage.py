@@ -119,6 +119,8 @@ def literal(value):
         if isinstance(value, float) and math.isnan(value):
             return ("float", "nan")
         return (type(value).__name__, repr(value))
+    if value is np._NoValue:  # numpy's "argument not given" default
+        return ("NoValue", "")
     if isinstance(value, np.generic):
         return ("numpy." + value.dtype.str, value.tobytes().hex())
     if isinstance(value, np.dtype):
