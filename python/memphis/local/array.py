@@ -12,7 +12,7 @@ log = logging.getLogger("memphis.local")
 
 # numpy functions that are pure (same inputs, same output) and are traced; any other function on a
 # traced array runs as plain numpy and returns a plain result (no reuse, never an error).
-_NUMPY = ("sum mean std var min max amin amax prod argmin argmax cumsum cumprod nansum nanmean median "
+_NUMPY = ("all any sum mean std var min max amin amax prod argmin argmax cumsum cumprod nansum nanmean median "
           "percentile quantile transpose reshape ravel squeeze expand_dims dot vdot inner outer tensordot "
           "einsum trace diag diagonal tril triu kron concatenate hstack vstack column_stack stack where clip "
           "round sort argsort take cov corrcoef isclose allclose copy")
@@ -201,7 +201,7 @@ def _method(function):
     return method
 
 
-for _name in ("sum mean std var min max prod argmin argmax cumsum cumprod transpose reshape ravel "
+for _name in ("all any sum mean std var min max prod argmin argmax cumsum cumprod transpose reshape ravel "
               "squeeze dot trace diagonal clip round sort argsort take copy").split():
     setattr(TracedArray, _name, _method(getattr(np, _name)))
 
