@@ -156,7 +156,6 @@ def test_a_failed_computation_stores_nothing_and_waiters_compute(tier):
                           st.sampled_from([1e-6, 1e-3, 10.0])), max_size=60))
 def test_random_operations_keep_the_budget_and_valid_states(tmp_path_factory, operations):
     tier = HostTier(max_bytes=8_000, disk=DiskTier(root=str(tmp_path_factory.mktemp("spill")), max_bytes=20_000))
-    seen = {}
     moves = []
     original = tier._move
 
@@ -173,7 +172,6 @@ def test_random_operations_keep_the_budget_and_valid_states(tmp_path_factory, op
         assert 0 <= tier.bytes_held <= tier.max_bytes
         assert tier.bytes_held == sum(e.size for e in tier._entries.values() if e.state is State.CACHED)
         assert tier.disk.bytes_held <= tier.disk.max_bytes
-        seen[i] = True
     assert all(new in TRANSITIONS[old] for old, new in moves)
     assert all(e.state is not State.COMPUTING for e in tier._entries.values())
 
