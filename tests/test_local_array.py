@@ -129,7 +129,26 @@ def test_traced_values_are_read_only_and_in_place_operators_rebind(local_tier):
     raw = np.arange(4.0)
     t = memphis.array(raw)
     with pytest.raises(ValueError):
-        raw[0] = 1  # the wrapped array is frozen: its content is its identity
+        t.numpy()[0] = 1  # traced values may be shared with the cache
     u = t
     u += 1
     assert u.numpy().tolist() == [1, 2, 3, 4] and t.numpy().tolist() == [0, 1, 2, 3]
+
+
+def test_wrapping_neither_copies_nor_freezes_the_raw_array(local_tier):
+    raw = np.arange(6.0).reshape(3, 2)
+    t = memphis.array(raw)
+    assert raw.flags.writeable and np.shares_memory(t.numpy(), raw)
+
+
+def test_a_raw_array_changed_in_place_is_computed_fresh(local_tier):
+    raw = np.arange(6.0).reshape(3, 2)
+    X = memphis.array(raw)
+    first = (X.T @ X).numpy().copy()
+    raw[0, 0] = 100.0
+    X = memphis.array(raw)  # wrapped again after the change: hashed again
+    assert np.array_equal((X.T @ X).numpy(), raw.T @ raw) and not np.array_equal(first, raw.T @ raw)
+    v = np.ones(3)
+    before = (X.T @ v).numpy().copy()
+    v[1] = 5.0  # a plain array mixed into traced work is hashed where it is met
+    assert np.array_equal((X.T @ v).numpy(), raw.T @ v) and not np.array_equal(before, raw.T @ v)

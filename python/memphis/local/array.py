@@ -74,7 +74,7 @@ def run(item: LineageItem, compute, *, view: bool = False):
         tier.count("refused")
         log.debug("not cached %s: it depends on unseeded randomness", item.opcode)
         return wrap(compute(), bounded(item))
-    value = tier.get_or_compute(item.key, compute, item=item, min_cost_s=tier.min_cost_s)
+    value = tier.get_or_compute(item.key, compute, item=item, min_cost_s=tier.worth_caching_s())
     # Cut the trace at a cached key: the cache holds the structure, the trace keeps only its hash.
     held = tier.state_of(item.key) in (State.CACHED, State.SPILLED)
     return wrap(value, item.cut() if held else bounded(item))
@@ -209,8 +209,11 @@ for _name in ("all any sum mean std var min max prod argmin argmax cumsum cumpro
 def array(value) -> TracedArray:
     """Wraps a numpy array (or anything ``np.asarray`` takes) for traced, reusable work.
 
-    The array is identified by its content, hashed once. It is made read-only, because a change
-    in place would make its hash a lie; an array that views writeable memory is copied first.
+    The array is identified by its content (xxh3-128 of shape, dtype and bytes, at memory speed);
+    derived values are identified by lineage and never hashed. The array is not copied and stays
+    writeable: the traced array reads it through a read-only view. Change it in place and you must
+    wrap it again (which hashes it again); a traced array made before the change still carries the
+    old identity, and work on it would be keyed wrongly (not detected).
 
     Examples
     --------
@@ -221,8 +224,8 @@ def array(value) -> TracedArray:
     """
     if isinstance(value, TracedArray):
         return value
-    frozen = numpy_backend.freeze(np.asarray(value))
-    return TracedArray(frozen, array_leaf(frozen))
+    value = np.asarray(value)
+    return TracedArray(numpy_backend.read_only_view(value), array_leaf(value))
 
 
 def _creation(opcode: str, make, deterministic: bool = True, **arguments) -> TracedArray:

@@ -22,7 +22,6 @@ KEY_PATTERN = re.compile(r"[0-9a-f]{32}")
 INITIAL_WRITE_BYTES_PER_S = 200e6
 INITIAL_READ_BYTES_PER_S = 400e6
 MIN_MEASURED_BYTES = 2 << 20  # smaller transfers say more about latency than bandwidth
-DEFAULT_MAX_BYTES = 10 << 30
 
 
 class _HashingWriter:
@@ -97,8 +96,7 @@ def private_dir(path: str) -> str:
 class DiskTier:
     """Spilled values, one file per key, under a budget.
 
-    Files live in a fresh per-process directory (0700) under ``root`` (itself 0700; default
-    ``<tempdir>/memphis-<uid>``), are 0600, and are named by the key only (32 hex digits plus the
+    Files live in a fresh per-process directory (0700) under ``root`` (itself made 0700), are 0600, and are named by the key only (32 hex digits plus the
     format: ``.npy`` for arrays, ``.npz`` for tuples of arrays, ``.arrow`` for Arrow tables and
     pandas frames). Each file is a header (magic, format, length, key, blake2b-256 of the payload)
     followed by the payload; writes go to a temp file in the same directory, then ``os.replace``.
@@ -107,17 +105,13 @@ class DiskTier:
 
     Examples
     --------
-    >>> disk = DiskTier(max_bytes=1 << 30)  # doctest: +SKIP
+    >>> disk = DiskTier(root="/tmp/memphis-me", max_bytes=1 << 30)  # doctest: +SKIP
     >>> disk.write("0" * 32, np.arange(3.0), score=1.0)  # doctest: +SKIP
     (True, [])
     """
 
-    def __init__(self, *, root: str = None, max_bytes: int = None):
-        root = private_dir(root or os.path.join(tempfile.gettempdir(), f"memphis-{os.getuid()}"))
-        self.directory = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)  # 0700, ours alone
-        if max_bytes is None:
-            usage = os.statvfs(self.directory)
-            max_bytes = min(DEFAULT_MAX_BYTES, usage.f_bavail * usage.f_frsize // 2)
+    def __init__(self, *, root: str, max_bytes: int):
+        self.directory = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=private_dir(root))  # 0700, ours alone
         self.max_bytes = int(max_bytes)
         self.write_bytes_per_s = INITIAL_WRITE_BYTES_PER_S
         self.read_bytes_per_s = INITIAL_READ_BYTES_PER_S

@@ -17,6 +17,8 @@ log = logging.getLogger("memphis.local")
 
 MIN_SPILL_SECONDS = 0.010  # below this, estimates of disk time are noise (LIMA): spill only what costs more
 HISTORY_SIZE = 10_000  # how many dropped keys keep their access counts, so a returning entry keeps its score
+INITIAL_OVERHEAD_S = 50e-6  # a first guess of the probe+store time of a miss, replaced by what is measured
+OVERHEAD_SMOOTHING = 0.1  # weight of the latest miss in the moving average of that time
 
 COUNTERS = ("hits", "partial_hits", "misses", "computed", "evicted", "spilled", "reloaded", "refused",
             "compute_saved_ms")
@@ -131,10 +133,11 @@ class HostTier:
     (1, True)
     """
 
-    def __init__(self, *, max_bytes: int, disk: Optional[DiskTier] = None, min_cost_s: float = 0.001):
+    def __init__(self, *, max_bytes: int, disk: Optional[DiskTier] = None, min_cost_s: Optional[float] = None):
         self.max_bytes = int(max_bytes)
         self.disk = disk
-        self.min_cost_s = min_cost_s  # traced results cheaper than this are not held (views, tiny sums)
+        self.min_cost_s = min_cost_s  # traced results cheaper than this are not held; None: overhead_s
+        self.overhead_s = INITIAL_OVERHEAD_S  # measured probe+store time of a miss (moving average)
         # One lock guards everything below. Invariants while it is free: bytes_held is the sum of the
         # sizes of CACHED entries and never above max_bytes; a COMPUTING entry has an owner thread and
         # no value; a SPILLED entry has no value and its file is in self.disk.
@@ -162,6 +165,7 @@ class HostTier:
         42
         """
         me = threading.get_ident()
+        entered = time.perf_counter()
         with self._cond:
             while True:
                 entry = self._entries.get(key)
@@ -210,10 +214,20 @@ class HostTier:
             with self._cond:
                 self._drop(entry, "its computation failed")
             raise
-        cost = cost_hint if cost_hint is not None else time.perf_counter() - start
+        computed = time.perf_counter()
+        cost = cost_hint if cost_hint is not None else computed - start
         with self._cond:
             self._counts["computed"] += 1
-            return hand_out(self._store(entry, value, cost, min_cost_s))
+            value = self._store(entry, value, cost, min_cost_s)
+            if not reload:  # a reload's probe includes a disk read: not the tier's own cost
+                spent = (start - entered) + (time.perf_counter() - computed)
+                self.overhead_s += OVERHEAD_SMOOTHING * (spent - self.overhead_s)
+        return hand_out(value)
+
+    def worth_caching_s(self) -> float:
+        """Traced results that took less are not cached: ``min_cost_s``, else the measured overhead_s,
+        since recomputing them costs less than a probe and a store."""
+        return self.min_cost_s if self.min_cost_s is not None else self.overhead_s
 
     def state_of(self, key: str) -> Optional[State]:
         """The state of ``key``'s entry, None when there is none (a probe that counts nothing)."""

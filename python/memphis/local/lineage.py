@@ -4,6 +4,8 @@ import math
 import threading
 import weakref
 
+import xxhash
+
 # Traces deeper than this are cut (see LineageItem.cut) so that loops cannot grow them without bound.
 MAX_TRACE_HEIGHT = 64
 
@@ -136,32 +138,36 @@ def literal(value):
 
 # --- leaves of raw data --------------------------------------------------------------------------
 
-_content_memo = {}  # id(array) -> (weakref to it, digest); entries leave when the array dies
+_content_memo = {}  # id(array) -> (weakref to it, layout, digest); entries leave when the array dies
 _memo_lock = threading.Lock()
 
 
 def array_leaf(array) -> LineageItem:
-    """The leaf item of a raw numpy array: its content hash (shape, dtype, bytes).
+    """The leaf item of a raw numpy array: its content hash (shape, dtype, bytes; see content_digest).
 
-    The hash is remembered for the object while it is read-only and owns its data, since only then
-    its content cannot change under us (memphis.array freezes what it wraps); a writeable array is
-    hashed each time it is met.
+    The hash is remembered for the object while nobody can write its bytes (it and its bases are
+    read-only) and its layout (data pointer, shape, strides, dtype) is the one hashed. A writeable
+    array is hashed each time it is met, at memory speed, so that a change in place is never
+    missed; it is neither copied nor made read-only.
     """
     from memphis.local import numpy_backend
 
-    frozen = not array.flags.writeable and array.flags.owndata
-    if frozen:
+    if array.dtype.hasobject:
+        raise Untraceable("an array of Python objects has no content hash")
+    memo = numpy_backend.immutable(array)
+    if memo:
+        layout = (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
         with _memo_lock:
             known = _content_memo.get(id(array))
-        if known is not None and known[0]() is array:
-            return LineageItem("array", literals=(("sha256", known[1]),))
+        if known is not None and known[0]() is array and known[1] == layout:
+            return LineageItem("array", literals=(("xxh3", known[2]),))
     digest = numpy_backend.content_digest(array)
-    if frozen:
+    if memo:
         oid = id(array)
         ref = weakref.ref(array, lambda _r, oid=oid: _content_memo.pop(oid, None))
         with _memo_lock:
-            _content_memo[oid] = (ref, digest)
-    return LineageItem("array", literals=(("sha256", digest),))
+            _content_memo[oid] = (ref, layout, digest)
+    return LineageItem("array", literals=(("xxh3", digest),))
 
 
 def bytes_leaf(kind: str, payload_digest: str) -> LineageItem:
@@ -208,11 +214,11 @@ def _data_leaf(value):
         import pandas as pd
 
         if isinstance(value, (pd.DataFrame, pd.Series, pd.Index)):
-            h = hashlib.sha256(pd.util.hash_pandas_object(value, index=not isinstance(value, pd.Index)).to_numpy())
+            h = xxhash.xxh3_128(pd.util.hash_pandas_object(value, index=not isinstance(value, pd.Index)).to_numpy())
             frame = value.to_frame() if isinstance(value, (pd.Series, pd.Index)) else value
             h.update(repr((type(value).__name__, list(frame.columns), [str(t) for t in frame.dtypes],
                            frame.index.names, str(frame.index.dtype))).encode())
-            return bytes_leaf("pandas", h.hexdigest()[:32])
+            return bytes_leaf("pandas", h.hexdigest())
     if module.startswith("pyarrow"):
         import pyarrow as pa
 
@@ -220,7 +226,7 @@ def _data_leaf(value):
             sink = pa.BufferOutputStream()  # the IPC stream is canonical: slices and chunking aside, same bytes
             with pa.ipc.new_stream(sink, value.schema) as writer:
                 writer.write(value)
-            return bytes_leaf("arrow", hashlib.sha256(sink.getvalue()).hexdigest()[:32])
+            return bytes_leaf("arrow", xxhash.xxh3_128(sink.getvalue()).hexdigest())
     if module.startswith("pyspark.sql") and type(value).__name__ == "DataFrame":
         from memphis.lineage import lineage_key
 
