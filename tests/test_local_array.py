@@ -61,6 +61,29 @@ def test_column_appended_gram_reuses_its_parts(local_tier, data):
     assert ml.stats()["partial_hits"] == 1
 
 
+def test_products_of_column_subsets_are_cut_from_the_full_products(local_tier, data, monkeypatch):
+    computed = count_matmuls(monkeypatch)
+    X, y = data
+    tX, ty = memphis.array(X), memphis.array(y)
+    rng = np.random.default_rng(2)
+    subsets = [sorted(rng.choice(30, size=25, replace=False).tolist()) for _ in range(4)]
+    for cols in subsets:
+        S = tX[:, cols]
+        np.testing.assert_allclose((S.T @ S).numpy(), X[:, cols].T @ X[:, cols], rtol=1e-10)
+        np.testing.assert_allclose((S.T @ ty).numpy(), X[:, cols].T @ y, rtol=1e-10)
+    assert len(computed) == 2  # XᵀX and Xᵀy of all columns, once; every subset is cut from them
+    assert ml.stats()["partial_hits"] == 2 * (len(subsets) - 1)
+
+
+def test_a_small_column_subset_is_computed_directly(local_tier, data, monkeypatch):
+    computed = count_matmuls(monkeypatch)
+    X, _ = data
+    tX = memphis.array(X)
+    S = tX[:, [1, 5, 7]]
+    np.testing.assert_allclose((S.T @ S).numpy(), X[:, [1, 5, 7]].T @ X[:, [1, 5, 7]], rtol=1e-12)
+    assert len(computed) == 1 and ml.stats()["partial_hits"] == 0  # XᵀX would cost 100 times more
+
+
 def test_appended_ones_column(local_tier, data):
     X, y = data
     tX, ty = memphis.array(X), memphis.array(y)

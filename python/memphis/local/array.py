@@ -112,7 +112,7 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
            [26., 35.]])
     """
 
-    __slots__ = ("_value", "lineage")
+    __slots__ = ("_value", "lineage", "__weakref__")
 
     def __init__(self, value: np.ndarray, lineage: LineageItem):
         self._value = value
@@ -169,7 +169,9 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         except Untraceable as why:
             return _plain(lambda a, i: a[i], (self, index), {}, why)
         basic = all(isinstance(i, _BASIC_INDEX) for i in (index if type(index) is tuple else (index,)))
-        return run(item, lambda: self._value[_unwrap(index)], view=basic)
+        selected = run(item, lambda: self._value[_unwrap(index)], view=basic)
+        partial.note_column_selection(self, index, selected)
+        return selected
 
     def __len__(self):
         return len(self._value)

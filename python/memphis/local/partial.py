@@ -1,6 +1,8 @@
 """Partial reuse (LIMA): products of concatenated matrices assembled from cached products of their parts."""
 import logging
+import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -9,6 +11,70 @@ from memphis.local.host import State
 from memphis.local.lineage import LineageItem, encode, literal
 
 log = logging.getLogger("memphis.local")
+
+# Column selections ``P[:, cols]`` -> (their source P, cols), while P lives: a product of selections
+# is then cut from the product of P (``P[:, a]ᵀ P[:, b] = (PᵀP)[a, b]``). Keyed by the selection's key.
+_selections = {}
+_selections_lock = threading.Lock()
+
+
+def note_column_selection(source, index, selected):
+    """Remembers where ``selected = source[index]`` came from when index picks columns ``[:, list]``."""
+    if not (type(index) is tuple and len(index) == 2 and index[0] == slice(None) and source.ndim == 2):
+        return
+    columns = np.asarray(index[1])
+    if columns.ndim != 1 or columns.dtype.kind not in "iu" or not len(columns):
+        return
+    key, ref = selected.lineage.key, weakref.ref(source)
+    columns = tuple(int(c) % source.shape[1] for c in columns)
+    with _selections_lock:
+        _selections[key] = (ref, columns)
+    weakref.finalize(source, _selections.pop, key, None)
+
+
+def _selection(item: LineageItem):
+    """(source traced array, columns) when ``item`` is a column selection whose source lives, else None."""
+    with _selections_lock:
+        known = _selections.get(item.key)
+    source = known[0]() if known else None
+    return (source, known[1]) if source is not None else None
+
+
+def column_selection_product(item: LineageItem, left_item: LineageItem, right):
+    """``P[:, a]ᵀ R`` as ``(PᵀR)[a]``, and ``P[:, a]ᵀ P[:, b]`` as ``(PᵀP)[a][:, b]``, or None.
+
+    Taken when the product of the source P is cached (a partial hit) or costs at most twice the
+    direct product (then it is computed, cached, and serves every later selection of P).
+    """
+    from memphis.local.array import TracedArray, run, ufunc_item, wrap
+
+    left = _selection(left_item)
+    if left is None:
+        return None
+    source, a = left
+    right_item = right.lineage if isinstance(right, TracedArray) else None
+    right_selection = _selection(right_item) if right_item is not None else None
+    if right_selection is not None and right_selection[0].lineage.key == source.lineage.key:
+        b = right_selection[1]
+        other, direct, through_source = source, len(a) * len(b), source.shape[1] ** 2
+    elif isinstance(right, TracedArray) and right.ndim in (1, 2) and right.shape[0] == source.shape[0]:
+        b = None
+        other, direct, through_source = right, len(a), source.shape[1]
+    else:
+        return None
+    product_item = ufunc_item(np.matmul, "__call__", (source.T, other), {})
+    tier = config.tier()
+    held = tier.state_of(product_item.key) in (State.CACHED, State.SPILLED)
+    if not held and through_source > 2 * direct:
+        return None
+    start = time.perf_counter()
+    product = run(product_item, lambda: source._value.T @ other._value)._value
+    value = product[list(a)] if b is None else product[np.ix_(a, b)]
+    if held:
+        tier.count("partial_hits")
+        log.debug("partial hit %s: a selection of the cached product %s", item.key, product_item.key)
+    value = tier.get_or_compute(item.key, lambda: value, item=item, cost_hint=time.perf_counter() - start)
+    return wrap(value, item.cut() if tier.state_of(item.key) in (State.CACHED, State.SPILLED) else item)
 
 
 def canonical_concatenation(function, args, kwargs):
@@ -77,6 +143,9 @@ def crossproduct(item: LineageItem, left_t, right):
     traced_left = TracedArray(left, left_item)
     if function_item(np.transpose, (traced_left,), {}) != left_t.lineage:
         return None  # a transpose with explicit axes
+    selected = column_selection_product(item, left_item, right)
+    if selected is not None:
+        return selected
     rows = sections(left_item, 0), sections(right_item, 0)
     gram = left_item == right_item
     if rows[0] and rows[1] and [s for _, s in rows[0]] == [s for _, s in rows[1]]:
