@@ -7,7 +7,7 @@ from memphis._jvm import EXTENSION_CLASS, jar_path
 from memphis._version import __version__
 from memphis.errors import MemphisConfigError, MemphisSetupError
 from memphis.lineage import explain_key, lineage_key
-from memphis.local import array, reuse
+from memphis.local import array, collect, reuse
 from memphis.session import clear, configure_spark, entries, session, stats
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "__version__",
     "array",
     "clear",
+    "collect",
     "configure_spark",
     "entries",
     "explain_key",

@@ -12,11 +12,12 @@ Examples
 """
 from memphis.local.array import TracedArray, array, eye, full, random
 from memphis.local.config import configure, tier
+from memphis.local.exchange import collect
 from memphis.local.host import State
 from memphis.local.reuse import reuse
 
-__all__ = ["State", "TracedArray", "array", "clear", "configure", "entries", "eye", "full", "random", "reuse",
-           "stats", "tier"]
+__all__ = ["State", "TracedArray", "array", "clear", "collect", "configure", "entries", "eye", "full", "random",
+           "reuse", "stats", "tier"]
 
 
 def stats() -> dict:
