@@ -19,6 +19,7 @@ MIN_SPILL_SECONDS = 0.010  # below this, estimates of disk time are noise (LIMA)
 HISTORY_SIZE = 10_000  # how many dropped keys keep their access counts, so a returning entry keeps its score
 INITIAL_OVERHEAD_S = 50e-6  # a first guess of the probe+store time of a miss, replaced by what is measured
 OVERHEAD_SMOOTHING = 0.1  # weight of the latest miss in the moving average of that time
+OVERHEAD_SPIKE_FACTOR = 4  # a miss counts at most this many times the average so far
 
 COUNTERS = ("hits", "partial_hits", "misses", "computed", "evicted", "spilled", "reloaded", "refused",
             "compute_saved_ms")
@@ -69,16 +70,20 @@ class Entry:
 
 def size_of(value) -> Optional[int]:
     """Bytes ``value`` holds, or None for a kind of value the tier does not measure (never cached)."""
-    import pandas as pd
-    import pyarrow as pa
-
     if isinstance(value, numpy_backend.ARRAY_TYPES):
         return numpy_backend.nbytes(value) if value.dtype != object else None
-    if isinstance(value, (pd.DataFrame, pd.Series)):
-        usage = value.memory_usage(deep=True)
-        return int(usage.sum() if isinstance(value, pd.DataFrame) else usage)
-    if isinstance(value, pa.Table):
-        return int(value.nbytes)
+    module = type(value).__module__  # pandas and pyarrow are imported only for their own values
+    if module.startswith("pandas"):
+        import pandas as pd
+
+        if isinstance(value, (pd.DataFrame, pd.Series)):
+            usage = value.memory_usage(deep=True)
+            return int(usage.sum() if isinstance(value, pd.DataFrame) else usage)
+    if module.startswith("pyarrow"):
+        import pyarrow as pa
+
+        if isinstance(value, pa.Table):
+            return int(value.nbytes)
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
         return sys.getsizeof(value)
     if isinstance(value, (tuple, list)):
@@ -104,9 +109,7 @@ def freeze(value):
 
 def hand_out(value):
     """What an asker receives: containers and frames are copied so that changing them spares the cache."""
-    import pandas as pd
-
-    if isinstance(value, (pd.DataFrame, pd.Series)):
+    if type(value).__module__.startswith("pandas"):
         return value.copy(deep=True)
     if type(value) in (list, tuple):
         return type(value)(hand_out(v) for v in value)
@@ -221,6 +224,8 @@ class HostTier:
             value = self._store(entry, value, cost, min_cost_s)
             if not reload:  # a reload's probe includes a disk read: not the tier's own cost
                 spent = (start - entered) + (time.perf_counter() - computed)
+                # Clipped: a one-off stall (first imports, a collection pause) must not raise the floor.
+                spent = min(spent, OVERHEAD_SPIKE_FACTOR * self.overhead_s)
                 self.overhead_s += OVERHEAD_SMOOTHING * (spent - self.overhead_s)
         return hand_out(value)
 

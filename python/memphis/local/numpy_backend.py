@@ -1,4 +1,6 @@
 """What memphis needs to know about numpy arrays; a cupy backend will sit beside it (GPU issue)."""
+import sys
+
 import numpy as np
 import xxhash
 
@@ -50,7 +52,11 @@ def read_only_view(array: np.ndarray) -> np.ndarray:
 
 def freeze(array: np.ndarray) -> np.ndarray:
     """A read-only array with this content whose bytes nobody can change: cached values are shared."""
-    if array.base is not None and not immutable(array.base):
+    # A base held by this array alone (numpy builds some results, e.g. X[:, columns], as views of a
+    # fresh buffer; 2 = array.base + getrefcount's argument): freezing it too is enough, no copy.
+    if isinstance(array.base, np.ndarray) and array.base.base is None and sys.getrefcount(array.base) == 2:
+        array.base.flags.writeable = False
+    elif array.base is not None and not immutable(array.base):
         array = array.copy()
     array.flags.writeable = False
     return array
