@@ -24,7 +24,6 @@ TRACED_FUNCTIONS = {
 # Results that are views of their input: remade in no time, never cached, and never cut, so that
 # the rewrites in partial.py see what ``X.T`` is the transpose of.
 VIEW_OPCODES = {"transpose", "reshape", "ravel", "squeeze", "expand_dims", "diagonal"}
-_BASIC_INDEX = (int, slice, type(None), type(Ellipsis))
 _signatures = {}
 
 
@@ -66,7 +65,10 @@ def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
 
 
 def run(item: LineageItem, compute, *, view: bool = False):
-    """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage."""
+    """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage.
+
+    ``view``: a result that is never cached (views, indexing): computed and wrapped, no probe.
+    """
     tier = config.tier()
     if view:
         return wrap(compute(), bounded(item))
@@ -168,8 +170,9 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             item = trace_item("getitem", (self, index))
         except Untraceable as why:
             return _plain(lambda a, i: a[i], (self, index), {}, why)
-        basic = all(isinstance(i, _BASIC_INDEX) for i in (index if type(index) is tuple else (index,)))
-        selected = run(item, lambda: self._value[_unwrap(index)], view=basic)
+        # Never cached: a view costs nothing, and a gather (X[:, columns]) is remade at memory speed,
+        # while holding each one would take fresh memory (page faults cost as much as the gather).
+        selected = run(item, lambda: self._value[_unwrap(index)], view=True)
         partial.note_column_selection(self, index, selected)
         return selected
 
