@@ -61,3 +61,13 @@ def run_python(code, *args, env=None):
                             timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def local_tier(tmp_path):
+    """Fresh local tiers of memphis.local (64 MiB host, a disk dir under tmp_path), caching every result."""
+    import memphis.local
+
+    tier = memphis.local.configure(host_max_bytes=64 << 20, disk_dir=str(tmp_path / "spill"), min_cost_s=0.0)
+    yield tier
+    memphis.local.configure()

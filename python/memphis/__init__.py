@@ -7,6 +7,7 @@ from memphis._jvm import EXTENSION_CLASS, jar_path
 from memphis._version import __version__
 from memphis.errors import MemphisConfigError, MemphisSetupError
 from memphis.lineage import explain_key, lineage_key
+from memphis.local import array, collect, reuse
 from memphis.session import clear, configure_spark, entries, session, stats
 
 __all__ = [
@@ -14,12 +15,15 @@ __all__ = [
     "MemphisConfigError",
     "MemphisSetupError",
     "__version__",
+    "array",
     "clear",
+    "collect",
     "configure_spark",
     "entries",
     "explain_key",
     "jar_path",
     "lineage_key",
+    "reuse",
     "session",
     "stats",
 ]

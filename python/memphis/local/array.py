@@ -1,0 +1,267 @@
+"""Traced arrays: numpy work on the driver, recorded as lineage and probed in the cache before it runs."""
+import inspect
+import logging
+
+import numpy as np
+
+from memphis.local import config, numpy_backend, partial
+from memphis.local.host import State
+from memphis.local.lineage import LineageItem, Untraceable, array_leaf, bounded, encode, literal
+
+log = logging.getLogger("memphis.local")
+
+# numpy functions that are pure (same inputs, same output) and are traced; any other function on a
+# traced array runs as plain numpy and returns a plain result (no reuse, never an error).
+_NUMPY = ("all any sum mean std var min max amin amax prod argmin argmax cumsum cumprod nansum nanmean median "
+          "percentile quantile transpose reshape ravel squeeze expand_dims dot vdot inner outer tensordot "
+          "einsum trace diag diagonal tril triu kron concatenate hstack vstack column_stack stack where clip "
+          "round sort argsort take cov corrcoef isclose allclose copy")
+_LINALG = "solve inv pinv eigh eigvalsh eig eigvals svd lstsq qr cholesky det slogdet norm matrix_rank"
+TRACED_FUNCTIONS = {
+    **{getattr(np, name): name for name in _NUMPY.split()},
+    **{getattr(np.linalg, name): "linalg." + name for name in _LINALG.split()},
+}
+# Results that are views of their input: remade in no time, never cached, and never cut, so that
+# the rewrites in partial.py see what ``X.T`` is the transpose of.
+VIEW_OPCODES = {"transpose", "reshape", "ravel", "squeeze", "expand_dims", "diagonal"}
+_signatures = {}
+
+
+def _canonical_arguments(function, args, kwargs):
+    """(name, value) pairs with defaults filled in, so ``a.T`` and ``np.transpose(a, None)`` trace alike."""
+    signature = _signatures.get(function)
+    if signature is None:
+        signature = _signatures[function] = inspect.signature(function)
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return tuple(bound.arguments.items())
+
+
+def _unwrap(value):
+    if isinstance(value, TracedArray):
+        return value._value
+    if type(value) in (tuple, list):
+        return type(value)(_unwrap(v) for v in value)
+    if type(value) is dict:
+        return {k: _unwrap(v) for k, v in value.items()}
+    return value
+
+
+def trace_item(opcode: str, arguments) -> LineageItem:
+    """The item of ``opcode`` applied to ``arguments`` (a tuple); raises Untraceable."""
+    inputs = []
+    literals = encode(arguments, inputs)
+    return LineageItem(opcode, inputs=inputs, literals=(literals,))
+
+
+def function_item(function, args, kwargs) -> LineageItem:
+    """The item of a call of a traced numpy function, as its canonical arguments."""
+    return trace_item(TRACED_FUNCTIONS[function], _canonical_arguments(function, args, kwargs))
+
+
+def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
+    opcode = "ufunc." + ufunc.__name__ + ("" if method == "__call__" else "." + method)
+    return trace_item(opcode, (tuple(inputs), tuple(sorted(kwargs.items()))))
+
+
+def run(item: LineageItem, compute, *, view: bool = False):
+    """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage.
+
+    ``view``: a result that is never cached (views, indexing): computed and wrapped, no probe.
+    """
+    tier = config.tier()
+    if view:
+        return wrap(compute(), bounded(item))
+    if not item.deterministic:
+        tier.count("refused")
+        log.debug("not cached %s: it depends on unseeded randomness", item.opcode)
+        return wrap(compute(), bounded(item))
+    value = tier.get_or_compute(item.key, compute, item=item, min_cost_s=tier.worth_caching_s())
+    # Cut the trace at a cached key: the cache holds the structure, the trace keeps only its hash.
+    held = tier.state_of(item.key) in (State.CACHED, State.SPILLED)
+    return wrap(value, item.cut() if held else bounded(item))
+
+
+def wrap(value, item: LineageItem):
+    """Arrays become traced arrays; tuples of results (eigh, svd, lstsq) are wrapped per element."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return TracedArray(np.asarray(value), item)
+    if isinstance(value, tuple):
+        parts = [wrap(v, LineageItem("output", inputs=(item,), literals=(literal(i),))) for i, v in enumerate(value)]
+        return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
+    return value
+
+
+def _plain(function, args, kwargs, why):
+    log.debug("untraced %s (%s): runs as plain numpy, no reuse", getattr(function, "__name__", function), why)
+    return function(*_unwrap(args), **_unwrap(kwargs))
+
+
+class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
+    """A numpy array with its lineage; operations on it are traced and reused from the cache.
+
+    Get one with :func:`memphis.array`. Operators (``+ - * / @ ** < ==`` …), ``.T``, indexing,
+    reductions and the numpy and ``np.linalg`` functions in ``TRACED_FUNCTIONS`` return traced
+    arrays; other functions run as plain numpy and return plain results. Values are read-only
+    (they are shared with the cache); ``.numpy()`` or ``np.asarray(t)`` unwraps.
+
+    Examples
+    --------
+    >>> import numpy as np, memphis
+    >>> X = memphis.array(np.arange(6.0).reshape(3, 2))
+    >>> (X.T @ X).numpy()
+    array([[20., 26.],
+           [26., 35.]])
+    """
+
+    __slots__ = ("_value", "lineage", "__weakref__")
+
+    def __init__(self, value: np.ndarray, lineage: LineageItem):
+        self._value = value
+        self.lineage = lineage
+
+    # --- numpy dispatch ---------------------------------------------------------------------
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.pop("out", None)
+        if out is not None and not all(isinstance(o, TracedArray) for o in out):
+            return _plain(getattr(ufunc, method), inputs, {**kwargs, "out": out}, "writes into a plain array")
+        # Into a traced array (``t += 1``): computed anew, and the name is bound to the result.
+        try:
+            item = ufunc_item(ufunc, method, inputs, kwargs)
+        except Untraceable as why:
+            return _plain(getattr(ufunc, method), inputs, kwargs, why)
+        if ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2:
+            rewritten = partial.crossproduct(item, *inputs)
+            if rewritten is not None:
+                return rewritten
+        return run(item, lambda: getattr(ufunc, method)(*_unwrap(inputs), **_unwrap(kwargs)))
+
+    def __array_function__(self, function, types, args, kwargs):
+        if function not in TRACED_FUNCTIONS:
+            return _plain(function, args, kwargs, "not a traced function")
+        try:
+            item = function_item(function, args, kwargs)
+        except (Untraceable, TypeError) as why:
+            return _plain(function, args, kwargs, why)
+        item = partial.canonical_concatenation(function, args, kwargs) or item
+        return run(item, lambda: function(*_unwrap(args), **_unwrap(kwargs)), view=item.opcode in VIEW_OPCODES)
+
+    def __array__(self, dtype=None, copy=None):
+        if copy:
+            return np.array(self._value, dtype=dtype, copy=True)
+        return self._value if dtype is None else self._value.astype(dtype, copy=False)
+
+    def numpy(self) -> np.ndarray:
+        """The value, read-only (it may be shared with the cache); copy it to change it."""
+        return self._value
+
+    # --- array surface ----------------------------------------------------------------------
+
+    shape = property(lambda self: self._value.shape)
+    dtype = property(lambda self: self._value.dtype)
+    ndim = property(lambda self: self._value.ndim)
+    size = property(lambda self: self._value.size)
+    nbytes = property(lambda self: self._value.nbytes)
+    T = property(lambda self: np.transpose(self))
+
+    def __getitem__(self, index):
+        try:
+            item = trace_item("getitem", (self, index))
+        except Untraceable as why:
+            return _plain(lambda a, i: a[i], (self, index), {}, why)
+        # Never cached: a view costs nothing, and a gather (X[:, columns]) is remade at memory speed,
+        # while holding each one would take fresh memory (page faults cost as much as the gather).
+        selected = run(item, lambda: self._value[_unwrap(index)], view=True)
+        partial.note_column_selection(self, index, selected)
+        return selected
+
+    def __len__(self):
+        return len(self._value)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __bool__(self):
+        return bool(self._value)
+
+    def __float__(self):
+        return float(self._value)
+
+    def __int__(self):
+        return int(self._value)
+
+    def __index__(self):
+        return self._value.__index__()
+
+    def __repr__(self):
+        return f"TracedArray({self._value!r}, lineage={self.lineage.key[:12]}…)"
+
+
+def _method(function):
+    def method(self, *args, **kwargs):
+        return function(self, *args, **kwargs)
+    method.__name__ = function.__name__
+    method.__doc__ = f"Traced ``np.{function.__name__}`` of this array."
+    return method
+
+
+for _name in ("all any sum mean std var min max prod argmin argmax cumsum cumprod transpose reshape ravel "
+              "squeeze dot trace diagonal clip round sort argsort take copy").split():
+    setattr(TracedArray, _name, _method(getattr(np, _name)))
+
+
+def array(value) -> TracedArray:
+    """Wraps a numpy array (or anything ``np.asarray`` takes) for traced, reusable work.
+
+    The array is identified by its content (xxh3-128 of shape, dtype and bytes, at memory speed);
+    derived values are identified by lineage and never hashed. The array is not copied and stays
+    writeable: the traced array reads it through a read-only view. Change it in place and you must
+    wrap it again (which hashes it again); a traced array made before the change still carries the
+    old identity, and work on it would be keyed wrongly (not detected).
+
+    Examples
+    --------
+    >>> import numpy as np, memphis
+    >>> X = memphis.array(np.ones((1000, 10)))
+    >>> float((X.T @ X)[0, 0])
+    1000.0
+    """
+    if isinstance(value, TracedArray):
+        return value
+    value = np.asarray(value)
+    return TracedArray(numpy_backend.read_only_view(value), array_leaf(value))
+
+
+def _creation(opcode: str, make, deterministic: bool = True, **arguments) -> TracedArray:
+    """A traced array made from literals only (constants, seeded random data)."""
+    item = LineageItem(opcode, literals=(literal(tuple(sorted(arguments.items()))),), deterministic=deterministic)
+    return run(item, lambda: make(**arguments))
+
+
+def eye(n: int, m: int = None, k: int = 0, dtype=float) -> TracedArray:
+    """A traced ``np.eye``: identified by its arguments, never hashed."""
+    return _creation("eye", np.eye, N=n, M=m, k=k, dtype=np.dtype(dtype))
+
+
+def full(shape, fill_value, dtype=None) -> TracedArray:
+    """A traced ``np.full`` (``ones``/``zeros`` alike): identified by its arguments."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return _creation("full", np.full, shape=shape, fill_value=fill_value,
+                     dtype=np.dtype(dtype if dtype is not None else np.asarray(fill_value).dtype))
+
+
+def random(shape, *, seed=None, distribution: str = "standard_normal") -> TracedArray:
+    """Random data from ``np.random.default_rng(seed)``; with ``seed=None`` it is never reused.
+
+    Examples
+    --------
+    >>> import memphis.local as ml
+    >>> bool((ml.random((3,), seed=1) == ml.random((3,), seed=1)).all())
+    True
+    """
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+
+    def make(shape, seed, distribution):
+        return getattr(np.random.default_rng(seed), distribution)(size=shape)
+    return _creation("random", make, deterministic=seed is not None, shape=shape, seed=seed, distribution=distribution)

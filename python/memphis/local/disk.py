@@ -1,0 +1,251 @@
+"""The disk tier: spilled values in a private directory, checksummed, never unpickled."""
+import atexit
+import hashlib
+import io
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+log = logging.getLogger("memphis.local")
+
+MAGIC = b"MEMPHIS\x01"
+HEADER_BYTES = 8 + 8 + 8 + 16 + 32  # magic, format, payload length, key, blake2b-256 of payload
+KEY_PATTERN = re.compile(r"[0-9a-f]{32}")
+# Conservative first guesses so that spilling starts early; replaced by what the disk shows.
+INITIAL_WRITE_BYTES_PER_S = 200e6
+INITIAL_READ_BYTES_PER_S = 400e6
+MIN_MEASURED_BYTES = 2 << 20  # smaller transfers say more about latency than bandwidth
+
+
+class _HashingWriter:
+    """A file wrapper that hashes what passes through it, so a payload is written and hashed once."""
+
+    def __init__(self, f):
+        self.f, self.hash, self.length = f, hashlib.blake2b(digest_size=32), 0
+
+    def write(self, data):
+        self.hash.update(data)
+        self.length += len(memoryview(data).cast("B"))
+        return self.f.write(data)
+
+
+def spill_format(value):
+    """The file format that holds ``value`` exactly, or None when it cannot be spilled."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return "npy"
+    if type(value) is tuple and value and all(isinstance(v, np.ndarray) and v.dtype != object for v in value):
+        return "npz"
+    if isinstance(value, pa.Table):
+        return "arrow"
+    if isinstance(value, pd.DataFrame):
+        return "pandas"
+    return None
+
+
+def _write_payload(fmt, value, out):
+    import pyarrow as pa
+
+    if fmt == "npy":
+        np.save(out, value, allow_pickle=False)
+        return
+    if fmt == "npz":
+        buffer = io.BytesIO()  # zip needs to seek; these tuples are small (eigh, svd, lstsq results)
+        np.savez(buffer, *value)
+        out.write(buffer.getvalue())
+        return
+    table = pa.Table.from_pandas(value) if fmt == "pandas" else value
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    out.write(sink.getvalue())
+
+
+def _read_payload(fmt, payload: bytes):
+    import pyarrow as pa
+
+    if fmt == "npy":
+        return np.load(io.BytesIO(payload), allow_pickle=False)
+    if fmt == "npz":
+        with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
+            return tuple(archive[f"arr_{i}"] for i in range(len(archive.files)))
+    table = pa.ipc.open_file(pa.py_buffer(payload)).read_all()
+    return table.to_pandas() if fmt == "pandas" else table
+
+
+def private_dir(path: str) -> str:
+    """Creates ``path`` (0700) or checks that an existing one is ours, not a link, and private."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{path} is not a directory owned by this user")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+class DiskTier:
+    """Spilled values, one file per key, under a budget.
+
+    Files live in a fresh per-process directory (0700) under ``root`` (itself made 0700), are 0600, and are named by the key only (32 hex digits plus the
+    format: ``.npy`` for arrays, ``.npz`` for tuples of arrays, ``.arrow`` for Arrow tables and
+    pandas frames). Each file is a header (magic, format, length, key, blake2b-256 of the payload)
+    followed by the payload; writes go to a temp file in the same directory, then ``os.replace``.
+    A file whose header or checksum does not match is deleted and counted in ``corrupt``; the
+    caller recomputes. When the directory cannot be written, the value is dropped (logged once).
+
+    Examples
+    --------
+    >>> disk = DiskTier(root="/tmp/memphis-me", max_bytes=1 << 30)  # doctest: +SKIP
+    >>> disk.write("0" * 32, np.arange(3.0), score=1.0)  # doctest: +SKIP
+    (True, [])
+    """
+
+    def __init__(self, *, root: str, max_bytes: int):
+        self.directory = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=private_dir(root))  # 0700, ours alone
+        self.max_bytes = int(max_bytes)
+        self.write_bytes_per_s = INITIAL_WRITE_BYTES_PER_S
+        self.read_bytes_per_s = INITIAL_READ_BYTES_PER_S
+        self.corrupt = 0
+        self._lock = threading.Lock()
+        self._files = {}  # key -> (path, size in bytes, eviction score); guarded by _lock
+        self.bytes_held = 0  # sum of the sizes in _files; guarded by _lock
+        self._failure_logged = False
+        atexit.register(shutil.rmtree, self.directory, True)
+
+    def close(self):
+        """Deletes the directory and its files (also at exit)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+        with self._lock:
+            self._files.clear()
+            self.bytes_held = 0
+
+    def transfer_seconds(self, size: int) -> float:
+        """Estimated time to write ``size`` bytes and read them back."""
+        return size / self.write_bytes_per_s + size / self.read_bytes_per_s
+
+    def _path(self, key: str, fmt: str) -> str:
+        if not KEY_PATTERN.fullmatch(key):
+            raise ValueError("disk keys are 32 hex digits")
+        return os.path.join(self.directory, f"{key}.{'arrow' if fmt == 'pandas' else fmt}")
+
+    def write(self, key: str, value, *, score: float):
+        """Stores ``value``; returns (stored, keys evicted to make room)."""
+        fmt = spill_format(value)
+        if fmt is None:
+            return False, []
+        path = self._path(key, fmt)
+        start = time.perf_counter()
+        temp = None
+        try:
+            fd, temp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")  # 0600
+            with os.fdopen(fd, "wb") as f:
+                f.write(bytes(HEADER_BYTES))
+                writer = _HashingWriter(f)
+                _write_payload(fmt, value, writer)
+                f.seek(0)
+                f.write(MAGIC + fmt.encode().ljust(8) + writer.length.to_bytes(8, "little")
+                        + bytes.fromhex(key) + writer.hash.digest())
+            size = HEADER_BYTES + writer.length
+            with self._lock:
+                fits, evicted = self._make_room(size, score)
+                if not fits:
+                    os.unlink(temp)
+                    return False, evicted
+                os.replace(temp, path)
+                self._files[key] = (path, size, score)
+                self.bytes_held += size
+        except (OSError, ValueError, TypeError) as error:
+            if temp and os.path.exists(temp):
+                os.unlink(temp)
+            if not self._failure_logged:
+                log.warning("memphis.local: cannot spill to %s (%s); evicted values are dropped", self.directory, error)
+                self._failure_logged = True
+            return False, []
+        self.write_bytes_per_s = self._learn(self.write_bytes_per_s, size, time.perf_counter() - start)
+        log.debug("spilled %s (%d bytes) to disk", key, size)
+        return True, evicted
+
+    def _make_room(self, size, score):
+        """Evicts lower-scored files until ``size`` fits: (fits, evicted keys). Holds _lock."""
+        if size > self.max_bytes:
+            return False, []
+        victims = sorted(self._files.items(), key=lambda kv: kv[1][2])
+        evicted = []
+        while self.bytes_held + size > self.max_bytes:
+            victim, (path, victim_size, victim_score) = victims.pop(0)
+            if victim_score > score:
+                return False, evicted  # only files worth less than this one may leave for it
+            self._unlink(victim)
+            evicted.append(victim)
+        return True, evicted
+
+    def _unlink(self, key):
+        path, size, _ = self._files.pop(key)
+        self.bytes_held -= size
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def read(self, key: str):
+        """The value spilled under ``key``, or None when its file is gone, foreign or corrupt."""
+        with self._lock:
+            known = self._files.get(key)
+        if known is None:
+            return None
+        path = known[0]
+        start = time.perf_counter()
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            header, payload = data[:HEADER_BYTES], memoryview(data)[HEADER_BYTES:]
+            fmt = header[8:16].decode().strip()
+            valid = (header[:8] == MAGIC and path.endswith("." + ("arrow" if fmt == "pandas" else fmt))
+                     and int.from_bytes(header[16:24], "little") == len(payload)
+                     and header[24:40] == bytes.fromhex(key)
+                     and hashlib.blake2b(payload, digest_size=32).digest() == header[40:72])
+            value = _read_payload(fmt, bytes(payload)) if valid else None
+        except Exception as error:  # any unreadable file is treated as corrupt: recompute, never fail
+            log.debug("spill file of %s unreadable: %s", key, error)
+            value = None
+        with self._lock:
+            if key in self._files and value is None:
+                self._unlink(key)
+                self.corrupt += 1
+                log.debug("spill file of %s is corrupt: deleted, the value is recomputed", key)
+        if value is not None:
+            self.read_bytes_per_s = self._learn(self.read_bytes_per_s, len(data), time.perf_counter() - start)
+        return value
+
+    def remove(self, key: str):
+        with self._lock:
+            if key in self._files:
+                self._unlink(key)
+
+    def clear(self):
+        with self._lock:
+            for key in list(self._files):
+                self._unlink(key)
+
+    def path_of(self, key: str):
+        """The file that holds ``key``, or None (for tests and diagnostics)."""
+        with self._lock:
+            known = self._files.get(key)
+        return known[0] if known else None
+
+    @staticmethod
+    def _learn(bytes_per_s, size, seconds):
+        """Moves a bandwidth halfway to what a transfer of at least MIN_MEASURED_BYTES showed (LIMA's EMA)."""
+        if size < MIN_MEASURED_BYTES or seconds <= 0:
+            return bytes_per_s
+        return (bytes_per_s + size / seconds) / 2

@@ -1,0 +1,366 @@
+"""The host tier: driver-memory cache of local values under a byte budget, with cost/size eviction."""
+import collections
+import enum
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from memphis.local import numpy_backend
+from memphis.local.disk import DiskTier, spill_format
+
+log = logging.getLogger("memphis.local")
+
+MIN_SPILL_SECONDS = 0.010  # below this, estimates of disk time are noise (LIMA): spill only what costs more
+HISTORY_SIZE = 10_000  # how many dropped keys keep their access counts, so a returning entry keeps its score
+INITIAL_OVERHEAD_S = 50e-6  # a first guess of the probe+store time of a miss, replaced by what is measured
+OVERHEAD_SMOOTHING = 0.1  # weight of the latest miss in the moving average of that time
+OVERHEAD_SPIKE_FACTOR = 4  # a miss counts at most this many times the average so far
+
+COUNTERS = ("hits", "partial_hits", "misses", "computed", "evicted", "spilled", "reloaded", "refused",
+            "compute_saved_ms")
+
+
+class State(enum.Enum):
+    """Where an entry's value is.
+
+    COMPUTING: a placeholder; one thread computes (or reloads) the value, others asking wait.
+    CACHED: the value is in memory and counts against the budget.
+    SPILLED: the value is only on disk; the next asker reloads it.
+    An entry that is dropped, or whose computation fails, leaves the table (no state).
+    """
+
+    COMPUTING = "computing"
+    CACHED = "cached"
+    SPILLED = "spilled"
+
+
+# The only moves an entry makes; None is "not in the table".
+TRANSITIONS = {
+    None: {State.COMPUTING},
+    State.COMPUTING: {State.CACHED, None},
+    State.CACHED: {State.SPILLED, None},
+    State.SPILLED: {State.COMPUTING, None},
+}
+
+
+@dataclass(eq=False)
+class Entry:
+    key: str
+    item: Any  # the LineageItem, when the caller has one: checked on a hit against hash collisions
+    opcode: str
+    state: State
+    owner: int  # thread that computes it while COMPUTING
+    value: Any = None
+    cost_s: float = 0.0
+    size: int = 0
+    hits: int = 0
+    misses: int = 0
+    last_access: float = field(default_factory=time.monotonic)
+
+    @property
+    def score(self) -> float:
+        """LIMA's cost-and-size score: the lowest is evicted first."""
+        return (1 + self.hits + self.misses) * self.cost_s / max(self.size, 1)
+
+
+def size_of(value) -> Optional[int]:
+    """Bytes ``value`` holds, or None for a kind of value the tier does not measure (never cached)."""
+    if isinstance(value, numpy_backend.ARRAY_TYPES):
+        return numpy_backend.nbytes(value) if value.dtype != object else None
+    module = type(value).__module__  # pandas and pyarrow are imported only for their own values
+    if module.startswith("pandas"):
+        import pandas as pd
+
+        if isinstance(value, (pd.DataFrame, pd.Series)):
+            usage = value.memory_usage(deep=True)
+            return int(usage.sum() if isinstance(value, pd.DataFrame) else usage)
+    if module.startswith("pyarrow"):
+        import pyarrow as pa
+
+        if isinstance(value, pa.Table):
+            return int(value.nbytes)
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
+        return sys.getsizeof(value)
+    if isinstance(value, (tuple, list)):
+        sizes = [size_of(v) for v in value]
+        return None if None in sizes else sum(sizes) + sys.getsizeof(value)
+    if isinstance(value, dict):
+        sizes = [size_of(v) for v in (*value.keys(), *value.values())]
+        return None if None in sizes else sum(sizes) + sys.getsizeof(value)
+    return None
+
+
+def freeze(value):
+    """``value`` with its arrays read-only: a cached value is shared by every asker."""
+    if isinstance(value, numpy_backend.ARRAY_TYPES):
+        return numpy_backend.freeze(value)
+    if isinstance(value, (tuple, list)):
+        frozen = [freeze(v) for v in value]
+        return type(value)(frozen) if type(value) in (tuple, list) else type(value)(*frozen)
+    if isinstance(value, dict):
+        return {k: freeze(v) for k, v in value.items()}
+    return value
+
+
+def hand_out(value):
+    """What an asker receives: containers and frames are copied so that changing them spares the cache."""
+    if type(value).__module__.startswith("pandas"):
+        return value.copy(deep=True)
+    if type(value) in (list, tuple):
+        return type(value)(hand_out(v) for v in value)
+    if type(value) is dict:
+        return {k: hand_out(v) for k, v in value.items()}
+    return value
+
+
+class HostTier:
+    """Local values in driver memory under ``max_bytes``, spilled to ``disk`` when that pays.
+
+    Each entry has a measured compute cost, a size, hits, misses and a last access; when a new value
+    does not fit, CACHED entries leave lowest score ``(1+hits+misses)·cost/size`` first. A leaving
+    entry is spilled when recomputing it would take longer than writing and reading it back (from
+    the disk tier's learned bandwidths, at least 10 ms), else dropped. A value larger than the budget
+    is never cached. States and moves: see :class:`State` and ``TRANSITIONS``.
+
+    Examples
+    --------
+    >>> tier = HostTier(max_bytes=1 << 20)
+    >>> tier.get_or_compute("ab" * 16, lambda: np.arange(3.0))
+    array([0., 1., 2.])
+    >>> tier.stats()["misses"], tier.get_or_compute("ab" * 16, lambda: None) is not None
+    (1, True)
+    """
+
+    def __init__(self, *, max_bytes: int, disk: Optional[DiskTier] = None, min_cost_s: Optional[float] = None):
+        self.max_bytes = int(max_bytes)
+        self.disk = disk
+        self.min_cost_s = min_cost_s  # traced results cheaper than this are not held; None: overhead_s
+        self.overhead_s = INITIAL_OVERHEAD_S  # measured probe+store time of a miss (moving average)
+        # One lock guards everything below. Invariants while it is free: bytes_held is the sum of the
+        # sizes of CACHED entries and never above max_bytes; a COMPUTING entry has an owner thread and
+        # no value; a SPILLED entry has no value and its file is in self.disk.
+        self._cond = threading.Condition()
+        self._entries = {}
+        self._history = collections.OrderedDict()  # dropped key -> its hits + misses
+        self.bytes_held = 0
+        self._counts = dict.fromkeys(COUNTERS, 0)
+
+    # --- the one way in -----------------------------------------------------------------------
+
+    def get_or_compute(self, key: str, compute: Callable[[], Any], *, item=None, opcode: str = "",
+                       cost_hint: Optional[float] = None, min_cost_s: float = 0.0):
+        """The value under ``key`` (32 hex digits): cached, reloaded, awaited or computed now.
+
+        A second thread asking for a key being computed waits for the first; if the first raises,
+        nothing is stored and a waiter computes it itself. The computed value is cached when it fits
+        and took at least ``min_cost_s`` (``cost_hint`` replaces the measured seconds, e.g. the time
+        of a Spark job that produced it). Arrays in it are made read-only.
+
+        Examples
+        --------
+        >>> tier = HostTier(max_bytes=1 << 20)
+        >>> tier.get_or_compute("0" * 32, lambda: 42)
+        42
+        """
+        me = threading.get_ident()
+        entered = time.perf_counter()
+        with self._cond:
+            while True:
+                entry = self._entries.get(key)
+                if entry is None:
+                    entry = Entry(key, item, opcode or getattr(item, "opcode", ""), State.COMPUTING, owner=me,
+                                  misses=self._history.pop(key, 0) + 1)
+                    self._check(None, entry)
+                    self._entries[key] = entry
+                    self._counts["misses"] += 1
+                    reload = False
+                    break
+                if item is not None and entry.item is not None and entry.item != item:
+                    self._counts["refused"] += 1
+                    log.debug("refused %s: same hash, different lineage (%s vs %s)", key, item, entry.item)
+                    entry = None
+                    break
+                if entry.state is State.COMPUTING:
+                    if entry.owner == me:  # asked again from inside its own computation: no waiting on oneself
+                        entry = None
+                        break
+                    self._cond.wait()
+                    continue
+                if entry.state is State.CACHED:
+                    return hand_out(self._hit(entry))
+                self._move(entry, State.COMPUTING)  # SPILLED: this thread reloads it
+                entry.owner = me
+                reload = True
+                break
+        if entry is None:
+            return compute()
+        if reload:
+            value = self.disk.read(key)
+            if value is not None:
+                with self._cond:
+                    self._counts["reloaded"] += 1
+                    log.debug("reloaded %s from disk", key)
+                    self._hit(entry)
+                    return hand_out(self._store(entry, freeze(value), entry.cost_s, 0.0))
+            with self._cond:
+                entry.misses += 1
+                self._counts["misses"] += 1
+        start = time.perf_counter()
+        try:
+            value = freeze(compute())
+        except BaseException:
+            with self._cond:
+                self._drop(entry, "its computation failed")
+            raise
+        computed = time.perf_counter()
+        cost = cost_hint if cost_hint is not None else computed - start
+        with self._cond:
+            self._counts["computed"] += 1
+            value = self._store(entry, value, cost, min_cost_s)
+            if not reload:  # a reload's probe includes a disk read: not the tier's own cost
+                spent = (start - entered) + (time.perf_counter() - computed)
+                # Clipped: a one-off stall (first imports, a collection pause) must not raise the floor.
+                spent = min(spent, OVERHEAD_SPIKE_FACTOR * self.overhead_s)
+                self.overhead_s += OVERHEAD_SMOOTHING * (spent - self.overhead_s)
+        return hand_out(value)
+
+    def worth_caching_s(self) -> float:
+        """Traced results that took less are not cached: ``min_cost_s``, else the measured overhead_s,
+        since recomputing them costs less than a probe and a store."""
+        return self.min_cost_s if self.min_cost_s is not None else self.overhead_s
+
+    def state_of(self, key: str) -> Optional[State]:
+        """The state of ``key``'s entry, None when there is none (a probe that counts nothing)."""
+        with self._cond:
+            entry = self._entries.get(key)
+            return entry.state if entry else None
+
+    def count(self, counter: str, amount=1):
+        with self._cond:
+            self._counts[counter] += amount
+
+    # --- moves, all with the lock held ---------------------------------------------------------
+
+    def _check(self, old, entry_or_new):
+        new = entry_or_new.state if isinstance(entry_or_new, Entry) else entry_or_new
+        if new not in TRANSITIONS[old]:
+            raise RuntimeError(f"memphis.local: invalid entry move {old} -> {new}")
+
+    def _move(self, entry: Entry, state: Optional[State]):
+        self._check(entry.state, state)
+        entry.state = state
+
+    def _hit(self, entry: Entry):
+        entry.hits += 1
+        entry.last_access = time.monotonic()
+        self._counts["hits"] += 1
+        self._counts["compute_saved_ms"] += entry.cost_s * 1000
+        log.debug("hit %s (%s)", entry.key, entry.opcode)
+        return entry.value
+
+    def _store(self, entry: Entry, value, cost_s: float, min_cost_s: float):
+        entry.cost_s, entry.size = cost_s, size_of(value)
+        if entry.size is None:
+            self._drop(entry, "its value is of a kind whose size is unknown")
+        elif entry.size > self.max_bytes:
+            self._drop(entry, f"{entry.size} bytes exceed the budget of {self.max_bytes}")
+        elif cost_s < min_cost_s:
+            self._drop(entry, f"it took {cost_s * 1000:.3f} ms, cheaper to recompute than to hold")
+        else:
+            self._make_space(entry.size)
+            entry.value = value
+            self._move(entry, State.CACHED)
+            self.bytes_held += entry.size
+            self._cond.notify_all()
+            log.debug("cached %s (%s): %d bytes, %.3f ms", entry.key, entry.opcode, entry.size, cost_s * 1000)
+        return value
+
+    def _drop(self, entry: Entry, reason: str):
+        """Removes ``entry`` from the table, keeping its access counts; waiters wake up."""
+        if entry.state is State.CACHED:
+            self.bytes_held -= entry.size
+        elif entry.state is State.SPILLED and self.disk:
+            self.disk.remove(entry.key)
+        self._move(entry, None)
+        entry.value = None
+        del self._entries[entry.key]
+        self._history[entry.key] = entry.hits + entry.misses
+        while len(self._history) > HISTORY_SIZE:
+            self._history.popitem(last=False)
+        self._cond.notify_all()
+        log.debug("dropped %s (%s): %s", entry.key, entry.opcode, reason)
+
+    def _make_space(self, size: int):
+        """Evicts CACHED entries, lowest score first, until ``size`` more bytes fit."""
+        if self.bytes_held + size <= self.max_bytes:
+            return
+        victims = sorted((e for e in self._entries.values() if e.state is State.CACHED),
+                         key=lambda e: (e.score, e.last_access))
+        for victim in victims:
+            if self.bytes_held + size <= self.max_bytes:
+                break
+            self._counts["evicted"] += 1
+            if not self._spill(victim):
+                self._drop(victim, "evicted; recomputing is cheaper than a disk round trip")
+
+    def _spill(self, entry: Entry) -> bool:
+        if self.disk is None or spill_format(entry.value) is None:
+            return False
+        if entry.cost_s <= max(self.disk.transfer_seconds(entry.size), MIN_SPILL_SECONDS):
+            return False
+        stored, evicted = self.disk.write(entry.key, entry.value, score=entry.score)
+        for key in evicted:
+            gone = self._entries.get(key)
+            if gone is not None and gone.state is State.SPILLED:
+                self._move(gone, None)
+                del self._entries[key]
+                self._history[key] = gone.hits + gone.misses
+                log.debug("dropped %s: evicted from disk", key)
+        if not stored:
+            return False
+        self._move(entry, State.SPILLED)
+        entry.value = None
+        self.bytes_held -= entry.size
+        self._counts["spilled"] += 1
+        log.debug("spilled %s (%s): recompute %.1f ms > disk round trip", entry.key, entry.opcode, entry.cost_s * 1000)
+        return True
+
+    # --- reading the tier ----------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        with self._cond:
+            counts = dict(self._counts)
+            counts["bytes_held_host"] = self.bytes_held
+        counts["compute_saved_ms"] = round(counts["compute_saved_ms"], 3)
+        counts["corrupt"] = self.disk.corrupt if self.disk else 0
+        counts["bytes_held_disk"] = self.disk.bytes_held if self.disk else 0
+        return counts
+
+    def entries(self) -> list:
+        """One dict per entry: key, tier, state, opcode, hits, misses, cost_ms, size_bytes, score."""
+        with self._cond:
+            return [{"key": e.key, "tier": "disk" if e.state is State.SPILLED else "host", "state": e.state.value,
+                     "opcode": e.opcode, "hits": e.hits, "misses": e.misses, "cost_ms": e.cost_s * 1000,
+                     "size_bytes": e.size, "score": e.score} for e in self._entries.values()]
+
+    def clear(self):
+        """Drops every entry that is not being computed, the disk files, and resets the counters."""
+        with self._cond:
+            for entry in [e for e in self._entries.values() if e.state is not State.COMPUTING]:
+                self._drop(entry, "cleared")
+            self._history.clear()
+            self._counts = dict.fromkeys(COUNTERS, 0)
+            if self.disk:
+                self.disk.clear()
+                self.disk.corrupt = 0
+
+    def close(self):
+        """Clears the tier and removes its disk directory."""
+        self.clear()
+        if self.disk:
+            self.disk.close()

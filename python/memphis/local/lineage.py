@@ -1,0 +1,269 @@
+"""Lineage items of driver-side work: the identity of a local value, built before it is computed."""
+import hashlib
+import math
+import threading
+import weakref
+
+import xxhash
+
+# Traces deeper than this are cut (see LineageItem.cut) so that loops cannot grow them without bound.
+MAX_TRACE_HEIGHT = 64
+
+
+class Untraceable(TypeError):
+    """A value that has no lineage: its operation runs without reuse."""
+
+
+class LineageItem:
+    """One node of a lineage trace: an opcode, ordered input items, typed literals.
+
+    The hash (128-bit blake2b over opcode, literals and the inputs' hashes) is computed once, at
+    construction; ``key`` is its hex form, the key of the cache. Equality is structural: opcode,
+    literals and inputs compared recursively, with the hash as pre-filter and identical objects
+    short-cut, so a collision of hashes never makes two different values equal. A ``cut`` item
+    (opcode ``cut``, no inputs) stands for a deeper trace by its hash alone; it equals any item of
+    that hash. Traces are cut below cached keys and beyond MAX_TRACE_HEIGHT (see :meth:`cut`).
+    ``deterministic`` is false when the item or any input depends on unseeded randomness: such
+    values are never cached.
+
+    Examples
+    --------
+    >>> x = LineageItem("leaf", literals=(("int", "1"),))
+    >>> LineageItem("neg", inputs=(x,)) == LineageItem("neg", inputs=(x,))
+    True
+    """
+
+    __slots__ = ("opcode", "inputs", "literals", "deterministic", "height", "digest", "__weakref__")
+
+    def __init__(self, opcode: str, *, inputs=(), literals=(), deterministic: bool = True, digest: bytes = None):
+        self.opcode = opcode
+        self.inputs = tuple(inputs)
+        self.literals = tuple(literals)
+        self.deterministic = deterministic and all(i.deterministic for i in self.inputs)
+        self.height = 1 + max((i.height for i in self.inputs), default=0)
+        if digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(repr((opcode, self.literals)).encode())
+            for i in self.inputs:
+                h.update(i.digest)
+            digest = h.digest()
+        self.digest = digest
+
+    @property
+    def key(self) -> str:
+        """The cache key: 32 hex digits of the hash."""
+        return self.digest.hex()
+
+    def __hash__(self):
+        return int.from_bytes(self.digest[:8], "little")
+
+    def leaf(self) -> "LineageItem":
+        """A ``cut`` leaf with this item's hash and nothing below it."""
+        if self.opcode == "cut":
+            return self
+        return LineageItem("cut", literals=(("opcode", self.opcode),), deterministic=self.deterministic,
+                           digest=self.digest)
+
+    def cut(self) -> "LineageItem":
+        """This item with its inputs replaced by their ``cut`` leaves: what a trace keeps below a cached key.
+
+        The opcode and literals stay (rewrites read them, equality compares them); what lies below
+        is known by hash only, so traces in loops stay two levels deep.
+        """
+        if all(i.opcode == "cut" for i in self.inputs):
+            return self
+        return LineageItem(self.opcode, inputs=[i.leaf() for i in self.inputs], literals=self.literals,
+                           deterministic=self.deterministic, digest=self.digest)
+
+    def __eq__(self, other):
+        if not isinstance(other, LineageItem):
+            return NotImplemented
+        # Iterative, with a set of pairs already compared: a deep or shared trace is walked once.
+        stack, seen = [(self, other)], set()
+        while stack:
+            a, b = stack.pop()
+            if a is b or (id(a), id(b)) in seen:
+                continue
+            if a.digest != b.digest:
+                return False
+            if a.opcode == "cut" or b.opcode == "cut":
+                continue  # below a cut only the hash is known
+            if a.opcode != b.opcode or a.literals != b.literals or len(a.inputs) != len(b.inputs):
+                return False
+            seen.add((id(a), id(b)))
+            stack.extend(zip(a.inputs, b.inputs))
+        return True
+
+    def __repr__(self):
+        return f"LineageItem({self.opcode!r}, key={self.key[:12]}…, height={self.height})"
+
+
+def bounded(item: LineageItem) -> LineageItem:
+    """``item``, or its cut form when its trace has grown past MAX_TRACE_HEIGHT."""
+    return item.cut() if item.height > MAX_TRACE_HEIGHT else item
+
+
+# --- literals ------------------------------------------------------------------------------------
+
+def literal(value):
+    """A typed, hashable, exact form of a plain value (type name + value), or Untraceable.
+
+    Examples
+    --------
+    >>> literal(0.1)
+    ('float', '0.1')
+    >>> literal(slice(None, 3))
+    ('slice', (('NoneType', 'None'), ('int', '3'), ('NoneType', 'None')))
+    """
+    import numpy as np
+
+    if value is None or value is Ellipsis or isinstance(value, (bool, int, float, complex, str, bytes)):
+        if isinstance(value, float) and math.isnan(value):
+            return ("float", "nan")
+        return (type(value).__name__, repr(value))
+    if value is np._NoValue:  # numpy's "argument not given" default
+        return ("NoValue", "")
+    if isinstance(value, np.generic):
+        return ("numpy." + value.dtype.str, value.tobytes().hex())
+    if isinstance(value, np.dtype):
+        return ("dtype", value.str)
+    if isinstance(value, type) and (value in (bool, int, float, complex) or issubclass(value, np.generic)):
+        return ("type", np.dtype(value).str)
+    if isinstance(value, slice):
+        return ("slice", tuple(literal(v) for v in (value.start, value.stop, value.step)))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(literal(v) for v in value))
+    raise Untraceable(f"no literal form for {type(value).__name__}")
+
+
+# --- leaves of raw data --------------------------------------------------------------------------
+
+_content_memo = {}  # id(array) -> (weakref to it, layout, digest); entries leave when the array dies
+_memo_lock = threading.Lock()
+
+
+def array_leaf(array) -> LineageItem:
+    """The leaf item of a raw numpy array: its content hash (shape, dtype, bytes; see content_digest).
+
+    The hash is remembered for the object while nobody can write its bytes (it and its bases are
+    read-only) and its layout (data pointer, shape, strides, dtype) is the one hashed. A writeable
+    array is hashed each time it is met, at memory speed, so that a change in place is never
+    missed; it is neither copied nor made read-only.
+    """
+    from memphis.local import numpy_backend
+
+    if array.dtype.hasobject:
+        raise Untraceable("an array of Python objects has no content hash")
+    memo = numpy_backend.immutable(array)
+    if memo:
+        layout = (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
+        with _memo_lock:
+            known = _content_memo.get(id(array))
+        if known is not None and known[0]() is array and known[1] == layout:
+            return LineageItem("array", literals=(("xxh3", known[2]),))
+    digest = numpy_backend.content_digest(array)
+    if memo:
+        oid = id(array)
+        ref = weakref.ref(array, lambda _r, oid=oid: _content_memo.pop(oid, None))
+        with _memo_lock:
+            _content_memo[oid] = (ref, layout, digest)
+    return LineageItem("array", literals=(("xxh3", digest),))
+
+
+def bytes_leaf(kind: str, payload_digest: str) -> LineageItem:
+    """The leaf item of a non-array value (a frame, a table, a Spark DataFrame) by its content key."""
+    return LineageItem(kind, literals=(("key", payload_digest),))
+
+
+# --- encoding arguments --------------------------------------------------------------------------
+
+def encode(value, inputs: list):
+    """The literal form of ``value`` with every data value in it replaced by ``("input", i)``.
+
+    Data values (traced arrays, numpy arrays, pandas and Arrow data, Spark DataFrames) become items
+    appended to ``inputs``; functions are encoded by :func:`function_identity`. Anything else
+    without a literal form raises :class:`Untraceable`.
+    """
+    import numpy as np
+
+    item = getattr(value, "lineage", None)
+    if not isinstance(item, LineageItem):
+        item = _data_leaf(value)
+    if item is not None:
+        inputs.append(item)
+        return ("input", len(inputs) - 1)
+    if isinstance(value, (tuple, list)) and not isinstance(value, np.ndarray):
+        return (type(value).__name__, tuple(encode(v, inputs) for v in value))
+    if isinstance(value, dict):
+        pairs = [(literal(k), v) for k, v in value.items()]
+        pairs.sort(key=lambda kv: repr(kv[0]))
+        return ("dict", tuple((k, encode(v, inputs)) for k, v in pairs))
+    if callable(value) and not isinstance(value, type):
+        return function_identity(value, inputs)
+    return literal(value)
+
+
+def _data_leaf(value):
+    """The leaf item of a raw data value, None for a value that is not data."""
+    from memphis.local import numpy_backend
+
+    if isinstance(value, numpy_backend.ARRAY_TYPES):
+        return array_leaf(value)
+    module = type(value).__module__
+    if module.startswith("pandas"):
+        import pandas as pd
+
+        if isinstance(value, (pd.DataFrame, pd.Series, pd.Index)):
+            h = xxhash.xxh3_128(pd.util.hash_pandas_object(value, index=not isinstance(value, pd.Index)).to_numpy())
+            frame = value.to_frame() if isinstance(value, (pd.Series, pd.Index)) else value
+            h.update(repr((type(value).__name__, list(frame.columns), [str(t) for t in frame.dtypes],
+                           frame.index.names, str(frame.index.dtype))).encode())
+            return bytes_leaf("pandas", h.hexdigest())
+    if module.startswith("pyarrow"):
+        import pyarrow as pa
+
+        if isinstance(value, (pa.Table, pa.RecordBatch)):
+            sink = pa.BufferOutputStream()  # the IPC stream is canonical: slices and chunking aside, same bytes
+            with pa.ipc.new_stream(sink, value.schema) as writer:
+                writer.write(value)
+            return bytes_leaf("arrow", xxhash.xxh3_128(sink.getvalue()).hexdigest())
+    if module.startswith("pyspark.sql") and type(value).__name__ == "DataFrame":
+        from memphis.lineage import lineage_key
+
+        key = lineage_key(value)
+        if key is None:
+            raise Untraceable("the Spark DataFrame has no lineage key")
+        return bytes_leaf("spark", key)
+    return None
+
+
+def function_identity(function, inputs: list):
+    """A function as a literal: module, qualified name, a hash of its code, and its closure's values."""
+    import numpy as np
+
+    if isinstance(function, np.ufunc):
+        return ("ufunc", function.__name__)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        if type(function).__name__ == "builtin_function_or_method":
+            return ("builtin", function.__module__ or "", function.__qualname__)
+        raise Untraceable(f"cannot identify the callable {function!r}")
+    closure = tuple(encode(cell.cell_contents, inputs) for cell in function.__closure__ or ())
+    defaults = encode((function.__defaults__, function.__kwdefaults__), inputs)
+    return ("function", function.__module__, function.__qualname__, code_digest(code), closure, defaults)
+
+
+_code_digests = weakref.WeakKeyDictionary()
+
+
+def code_digest(code) -> str:
+    """A hash of bytecode, names and constants, nested code objects included (memoized per code object)."""
+    known = _code_digests.get(code)
+    if known is None:
+        h = hashlib.blake2b(digest_size=16)
+        h.update(code.co_code)
+        h.update(repr(code.co_names).encode())
+        for const in code.co_consts:
+            h.update(code_digest(const).encode() if hasattr(const, "co_code") else repr(const).encode())
+        known = _code_digests[code] = h.hexdigest()
+    return known

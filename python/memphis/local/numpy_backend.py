@@ -1,0 +1,62 @@
+"""What memphis needs to know about numpy arrays; a cupy backend will sit beside it (GPU issue)."""
+import sys
+
+import numpy as np
+import xxhash
+
+ARRAY_TYPES = (np.ndarray,)
+# A non-contiguous array is hashed in C-order blocks of about this size: bounded extra memory.
+HASH_BLOCK_BYTES = 8 << 20
+
+
+def _bytes_of(block: np.ndarray) -> np.ndarray:
+    """The bytes of a C-contiguous array as a flat uint8 view (any dtype, 0-d and empty included)."""
+    return block.reshape(-1).view(np.uint8)
+
+
+def content_digest(array: np.ndarray) -> str:
+    """xxh3-128 of shape, dtype and the data in C order: 32 hex digits, at memory speed, no copy.
+
+    Arrays of equal shape, dtype and values have equal digests whatever their memory layout
+    (a view is read in blocks, so it hashes like its contiguous copy).
+    """
+    h = xxhash.xxh3_128(repr((array.shape, array.dtype.str)).encode())
+    if array.flags.c_contiguous:
+        h.update(_bytes_of(array))
+    else:
+        rows = max(1, HASH_BLOCK_BYTES // max(array[0].nbytes, 1)) if array.ndim and len(array) else 1
+        for start in range(0, len(array), rows):
+            h.update(_bytes_of(np.ascontiguousarray(array[start:start + rows])))
+    return h.hexdigest()
+
+
+def nbytes(value) -> int:
+    return int(value.nbytes)
+
+
+def immutable(array: np.ndarray) -> bool:
+    """True when nobody can change the bytes of ``array`` through numpy: it and every base are read-only."""
+    while isinstance(array, np.ndarray):
+        if array.flags.writeable:
+            return False
+        array = array.base
+    return array is None  # a foreign owner (a buffer, mmap) may be writeable
+
+
+def read_only_view(array: np.ndarray) -> np.ndarray:
+    """A view of ``array`` that cannot be written through; ``array`` itself stays as it is."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def freeze(array: np.ndarray) -> np.ndarray:
+    """A read-only array with this content whose bytes nobody can change: cached values are shared."""
+    # A base held by this array alone (numpy builds some results, e.g. X[:, columns], as views of a
+    # fresh buffer; 2 = array.base + getrefcount's argument): freezing it too is enough, no copy.
+    if isinstance(array.base, np.ndarray) and array.base.base is None and sys.getrefcount(array.base) == 2:
+        array.base.flags.writeable = False
+    elif array.base is not None and not immutable(array.base):
+        array = array.copy()
+    array.flags.writeable = False
+    return array

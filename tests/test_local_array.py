@@ -1,0 +1,177 @@
+import importlib
+
+import numpy as np
+import pytest
+
+import memphis
+import memphis.local as ml
+
+traced_module = importlib.import_module("memphis.local.array")  # the package's `array` is the function
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(7)
+    return rng.standard_normal((2000, 30)), rng.standard_normal(2000)
+
+
+def count_matmuls(monkeypatch):
+    """Counts the products traced arrays actually compute (not the ones served from the cache)."""
+    computed = []
+    run = traced_module.run
+
+    def counting(item, compute, **options):
+        if item.opcode == "ufunc.matmul":
+            return run(item, lambda: computed.append(item.key) or compute(), **options)
+        return run(item, compute, **options)
+    monkeypatch.setattr(traced_module, "run", counting)
+    return computed
+
+
+def ridge(X, y, lam):
+    return np.linalg.solve(X.T @ X + lam * np.eye(X.shape[1]), X.T @ y)
+
+
+def test_grid_search_computes_the_gram_matrix_once(local_tier, data, monkeypatch):
+    computed = count_matmuls(monkeypatch)
+    X, y = data
+    tX, ty = memphis.array(X), memphis.array(y)
+    lambdas = np.logspace(-3, 3, 10)
+    traced = [ridge(tX, ty, lam) for lam in lambdas]
+    assert len(computed) == 2  # XᵀX and Xᵀy, once each
+    assert ml.stats()["hits"] >= 18
+    for lam, w in zip(lambdas, traced):
+        assert isinstance(w, ml.TracedArray)
+        np.testing.assert_allclose(w.numpy(), ridge(X, y, lam), rtol=1e-10)
+
+
+def test_column_appended_gram_reuses_its_parts(local_tier, data):
+    X, _ = data
+    tX = memphis.array(X)
+    v = memphis.array(np.random.default_rng(1).standard_normal((2000, 2)))
+    tX.T @ tX  # the cached left part
+    for stack in (lambda a, b: np.hstack([a, b]), lambda a, b: np.concatenate([a, b], axis=1),
+                  lambda a, b: np.column_stack([a, b])):
+        Xv = stack(tX, v)
+        before = ml.stats()["partial_hits"]
+        G = Xv.T @ Xv
+        full = np.hstack([X, v.numpy()])
+        np.testing.assert_allclose(G.numpy(), full.T @ full, rtol=1e-12, atol=1e-9)
+        assert ml.stats()["partial_hits"] == before + (1 if before == 0 else 0)  # later: a full hit
+    assert ml.stats()["partial_hits"] == 1
+
+
+def test_products_of_column_subsets_are_cut_from_the_full_products(local_tier, data, monkeypatch):
+    computed = count_matmuls(monkeypatch)
+    X, y = data
+    tX, ty = memphis.array(X), memphis.array(y)
+    rng = np.random.default_rng(2)
+    subsets = [sorted(rng.choice(30, size=25, replace=False).tolist()) for _ in range(4)]
+    for cols in subsets:
+        S = tX[:, cols]
+        np.testing.assert_allclose((S.T @ S).numpy(), X[:, cols].T @ X[:, cols], rtol=1e-10)
+        np.testing.assert_allclose((S.T @ ty).numpy(), X[:, cols].T @ y, rtol=1e-10)
+    assert len(computed) == 2  # XᵀX and Xᵀy of all columns, once; every subset is cut from them
+    assert ml.stats()["partial_hits"] == 2 * (len(subsets) - 1)
+
+
+def test_a_small_column_subset_is_computed_directly(local_tier, data, monkeypatch):
+    computed = count_matmuls(monkeypatch)
+    X, _ = data
+    tX = memphis.array(X)
+    S = tX[:, [1, 5, 7]]
+    np.testing.assert_allclose((S.T @ S).numpy(), X[:, [1, 5, 7]].T @ X[:, [1, 5, 7]], rtol=1e-12)
+    assert len(computed) == 1 and ml.stats()["partial_hits"] == 0  # XᵀX would cost 100 times more
+
+
+def test_appended_ones_column(local_tier, data):
+    X, y = data
+    tX, ty = memphis.array(X), memphis.array(y)
+    tX.T @ tX, tX.T @ ty  # cached parts
+    X1 = np.hstack([tX, ml.full((2000, 1), 1.0)])
+    full = np.hstack([X, np.ones((2000, 1))])
+    np.testing.assert_allclose((X1.T @ X1).numpy(), full.T @ full, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose((X1.T @ ty).numpy(), full.T @ y, rtol=1e-12, atol=1e-9)
+    assert ml.stats()["partial_hits"] == 2
+
+
+def test_row_appended_gram_is_the_sum_of_the_folds(local_tier, data, monkeypatch):
+    computed = count_matmuls(monkeypatch)
+    X, y = data
+    folds = [memphis.array(part) for part in np.array_split(X, 4)]
+    targets = [memphis.array(part) for part in np.array_split(y, 4)]
+    for k in range(4):
+        train = np.vstack([f for i, f in enumerate(folds) if i != k])
+        target = np.concatenate([t for i, t in enumerate(targets) if i != k])
+        rest = np.vstack([f for i, f in enumerate(np.array_split(X, 4)) if i != k])
+        np.testing.assert_allclose((train.T @ train).numpy(), rest.T @ rest, rtol=1e-10, atol=1e-9)
+        np.testing.assert_allclose((train.T @ target).numpy(), rest.T @ np.concatenate(
+            [t for i, t in enumerate(np.array_split(y, 4)) if i != k]), rtol=1e-10, atol=1e-9)
+    assert len(computed) == 8  # one Gram and one Xᵀy per fold, reused by the others
+    assert ml.stats()["partial_hits"] == 6  # folds 2..4 reuse, for both products
+
+
+def test_seeded_random_is_reused_unseeded_is_not(local_tier):
+    def pipeline(noise):
+        return (noise.T @ noise).sum()
+    pipeline(ml.random((500, 20), seed=42))
+    hits = ml.stats()["hits"]
+    pipeline(ml.random((500, 20), seed=42))
+    assert ml.stats()["hits"] > hits
+    a = pipeline(ml.random((500, 20)))
+    hits, refused = ml.stats()["hits"], ml.stats()["refused"]
+    b = pipeline(ml.random((500, 20)))
+    assert ml.stats()["hits"] == hits and ml.stats()["refused"] > refused
+    assert float(a) != float(b)
+
+
+def test_linalg_results_equal_numpy(local_tier, data):
+    X, y = data
+    A = X.T @ X + np.eye(30)
+    tA, ty = memphis.array(A), memphis.array(X.T @ y)
+    np.testing.assert_array_equal(np.linalg.inv(tA).numpy(), np.linalg.inv(A))
+    w, V = np.linalg.eigh(tA)
+    np.testing.assert_array_equal(w.numpy(), np.linalg.eigh(A).eigenvalues)
+    assert np.linalg.eigh(tA).eigenvectors.shape == V.shape
+    u, s, vt = np.linalg.svd(tA)
+    np.testing.assert_array_equal(s.numpy(), np.linalg.svd(A)[1])
+    solution = np.linalg.lstsq(tA, ty, rcond=None)
+    np.testing.assert_array_equal(solution[0].numpy(), np.linalg.lstsq(A, X.T @ y, rcond=None)[0])
+    np.testing.assert_array_equal(tA[2:5, [0, 3]].numpy(), A[2:5, [0, 3]])
+    np.testing.assert_array_equal(tA.sum(axis=0).numpy(), A.sum(axis=0))
+    assert float(tA.mean()) == A.mean()
+
+
+def test_untraced_functions_fall_back_to_numpy(local_tier):
+    t = memphis.array(np.arange(8.0))
+    result = np.fft.fft(t)  # not traced: plain numpy, no error
+    assert isinstance(result, np.ndarray) and np.allclose(result, np.fft.fft(np.arange(8.0)))
+
+
+def test_traced_values_are_read_only_and_in_place_operators_rebind(local_tier):
+    raw = np.arange(4.0)
+    t = memphis.array(raw)
+    with pytest.raises(ValueError):
+        t.numpy()[0] = 1  # traced values may be shared with the cache
+    u = t
+    u += 1
+    assert u.numpy().tolist() == [1, 2, 3, 4] and t.numpy().tolist() == [0, 1, 2, 3]
+
+
+def test_wrapping_neither_copies_nor_freezes_the_raw_array(local_tier):
+    raw = np.arange(6.0).reshape(3, 2)
+    t = memphis.array(raw)
+    assert raw.flags.writeable and np.shares_memory(t.numpy(), raw)
+
+
+def test_a_raw_array_changed_in_place_is_computed_fresh(local_tier):
+    raw = np.arange(6.0).reshape(3, 2)
+    X = memphis.array(raw)
+    first = (X.T @ X).numpy().copy()
+    raw[0, 0] = 100.0
+    X = memphis.array(raw)  # wrapped again after the change: hashed again
+    assert np.array_equal((X.T @ X).numpy(), raw.T @ raw) and not np.array_equal(first, raw.T @ raw)
+    v = np.ones(3)
+    before = (X.T @ v).numpy().copy()
+    v[1] = 5.0  # a plain array mixed into traced work is hashed where it is met
+    assert np.array_equal((X.T @ v).numpy(), raw.T @ v) and not np.array_equal(before, raw.T @ v)
