@@ -14,11 +14,30 @@ def test_extension_is_registered_with_the_session(spark):
 
 def test_stats_from_sql_and_python_agree(spark):
     by_sql = {r["name"]: r["value"] for r in spark.sql("SELECT * FROM memphis_stats()").collect()}
-    by_py4j = memphis.stats(spark)
-    assert by_sql == by_py4j
+    merged = memphis.stats(spark)
+    assert {name: merged[name] for name in by_sql} == by_sql
     assert {"hits", "misses", "persisted", "materialized", "evicted", "invalidated", "bytes_held",
-            "compute_saved_ms", "storage_budget_bytes"} <= set(by_py4j)
-    assert by_py4j["storage_budget_bytes"] > 0
+            "compute_saved_ms", "storage_budget_bytes"} <= set(by_sql)
+    assert by_sql["storage_budget_bytes"] > 0
+    local = {name for name in merged if name not in by_sql}
+    assert local == {"local_" + name for name in ("hits", "partial_hits", "misses", "computed", "evicted", "spilled",
+                                                  "reloaded", "refused", "corrupt", "compute_saved_ms")} | \
+        {"bytes_held_host", "bytes_held_disk"}
+
+
+def test_entries_and_clear_cover_every_tier(spark, local_tier):
+    import numpy as np
+
+    df = spark.range(3000).groupBy((F.col("id") % 5).alias("k")).count()
+    df.collect()
+    memphis.collect(df)
+    gram = memphis.array(np.ones((500, 40))).T @ memphis.array(np.ones((500, 40)))
+    assert gram.shape == (40, 40)
+    rows = memphis.entries(spark)
+    assert {"spark", "host"} <= set(rows["tier"]) and {"key", "state", "hits", "opcode"} <= set(rows.columns)
+    assert memphis.stats(spark)["bytes_held_host"] > 0
+    memphis.clear(spark)
+    assert memphis.entries(spark).empty and memphis.stats(spark)["bytes_held_host"] == 0
 
 
 def test_counters_come_from_the_jvm_cache(spark):

@@ -146,10 +146,13 @@ def _memphis_rejection(error):
 
 
 def stats(spark) -> dict:
-    """The memphis counters of ``spark``'s cache, as ``{name: int}``; one py4j round trip.
+    """The memphis counters of every tier, as ``{name: number}``; one py4j round trip.
 
-    Keys: hits, misses, persisted, materialized, evicted, invalidated, refused, bytes_held,
-    compute_saved_ms and storage_budget_bytes (what ``SELECT * FROM memphis_stats()`` shows).
+    Spark tier (what ``SELECT * FROM memphis_stats()`` shows): hits, misses, persisted,
+    materialized, evicted, invalidated, refused, bytes_held, compute_saved_ms and
+    storage_budget_bytes. Driver tiers (:mod:`memphis.local`), prefixed ``local_``: local_hits,
+    local_partial_hits, local_misses, local_computed, local_evicted, local_spilled, local_reloaded,
+    local_refused, local_corrupt, local_compute_saved_ms; and bytes_held_host, bytes_held_disk.
 
     Examples
     --------
@@ -158,23 +161,41 @@ def stats(spark) -> dict:
     >>> memphis.stats(spark)["evicted"]  # doctest: +SKIP
     0
     """
-    return json.loads(_jvm.facade(spark).statsJson(spark._jsparkSession))
+    from memphis import local
+
+    counters = json.loads(_jvm.facade(spark).statsJson(spark._jsparkSession))
+    for name, value in local.stats().items():
+        counters[name if name.startswith("bytes_held_") else f"local_{name}"] = value
+    return counters
 
 
 def entries(spark):
-    """One row per memphis cache entry, as a pandas DataFrame (what ``memphis_cache()`` shows).
+    """One row per memphis cache entry of every tier, as a pandas DataFrame.
 
-    Columns: key, state (seen, to-persist, materialized, evicted, invalid), occurrences, hits,
-    misses, consumers (distinct queries that used it), readers (running queries that read it), size_bytes, partitions_stored, partitions, cost_ms, score, height, last_access_ms,
-    reason.
+    Columns: tier (spark, host or disk), key, state (Spark: seen, to-persist, materialized,
+    evicted, invalid; driver: computing, cached, spilled), occurrences, hits, misses, consumers
+    (distinct queries that used it), readers (running queries that read it), size_bytes,
+    partitions_stored, partitions, cost_ms, score, height, last_access_ms, reason, and opcode
+    (driver entries: the operation that made it). A column that does not apply to a tier is empty.
+    ``SELECT * FROM memphis_cache()`` shows the Spark rows.
 
     Examples
     --------
-    >>> memphis.entries(spark)[["key", "state", "hits"]]  # doctest: +SKIP
+    >>> memphis.entries(spark)[["tier", "key", "state", "hits"]]  # doctest: +SKIP
     """
-    return spark.sql("SELECT * FROM memphis_cache()").toPandas()
+    import pandas as pd
+
+    from memphis import local
+
+    spark_rows = spark.sql("SELECT * FROM memphis_cache()").toPandas()
+    spark_rows.insert(0, "tier", "spark")
+    return pd.concat([spark_rows, local.entries()], ignore_index=True)
 
 
 def clear(spark) -> None:
-    """Unpersists everything memphis holds in Spark storage and forgets its entries."""
+    """Unpersists everything memphis holds in Spark storage, forgets its entries, and clears the
+    driver tiers (host and disk)."""
+    from memphis import local
+
     _jvm.facade(spark).clear(spark._jsparkSession)
+    local.clear()

@@ -35,5 +35,5 @@ def entries():
 
 
 def clear():
-    """Drops every local entry (host and disk) and resets the counters."""
+    """Drops every local entry (host and disk); the counters keep counting."""
     tier().clear()

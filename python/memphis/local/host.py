@@ -95,6 +95,12 @@ def size_of(value) -> Optional[int]:
     return None
 
 
+def pinned(value) -> bool:
+    """Scalars are never evicted (LIMA): a few bytes each, and cached only when they took a while
+    (a loss, a norm, a score), so evicting one frees nothing and costs a recomputation."""
+    return isinstance(value, (bool, int, float, complex, np.generic))
+
+
 def freeze(value):
     """``value`` with its arrays read-only: a cached value is shared by every asker."""
     if isinstance(value, numpy_backend.ARRAY_TYPES):
@@ -125,7 +131,8 @@ class HostTier:
     does not fit, CACHED entries leave lowest score ``(1+hits+misses)·cost/size`` first. A leaving
     entry is spilled when recomputing it would take longer than writing and reading it back (from
     the disk tier's learned bandwidths, at least 10 ms), else dropped. A value larger than the budget
-    is never cached. States and moves: see :class:`State` and ``TRANSITIONS``.
+    is never cached. Scalars are pinned (never evicted).
+    States and moves: see :class:`State` and ``TRANSITIONS``.
 
     Examples
     --------
@@ -271,8 +278,9 @@ class HostTier:
             self._drop(entry, f"{entry.size} bytes exceed the budget of {self.max_bytes}")
         elif cost_s < min_cost_s:
             self._drop(entry, f"it took {cost_s * 1000:.3f} ms, cheaper to recompute than to hold")
+        elif not self._make_space(entry.size):
+            self._drop(entry, "no room: what the tier holds is pinned")
         else:
-            self._make_space(entry.size)
             entry.value = value
             self._move(entry, State.CACHED)
             self.bytes_held += entry.size
@@ -295,11 +303,10 @@ class HostTier:
         self._cond.notify_all()
         log.debug("dropped %s (%s): %s", entry.key, entry.opcode, reason)
 
-    def _make_space(self, size: int):
-        """Evicts CACHED entries, lowest score first, until ``size`` more bytes fit."""
-        if self.bytes_held + size <= self.max_bytes:
-            return
-        victims = sorted((e for e in self._entries.values() if e.state is State.CACHED),
+    def _make_space(self, size: int) -> bool:
+        """Evicts CACHED entries that are not pinned, lowest score first, until ``size`` more bytes
+        fit; says whether they do."""
+        victims = sorted((e for e in self._entries.values() if e.state is State.CACHED and not pinned(e.value)),
                          key=lambda e: (e.score, e.last_access))
         for victim in victims:
             if self.bytes_held + size <= self.max_bytes:
@@ -307,6 +314,7 @@ class HostTier:
             self._counts["evicted"] += 1
             if not self._spill(victim):
                 self._drop(victim, "evicted; recomputing is cheaper than a disk round trip")
+        return self.bytes_held + size <= self.max_bytes
 
     def _spill(self, entry: Entry) -> bool:
         if self.disk is None or spill_format(entry.value) is None:
@@ -349,15 +357,14 @@ class HostTier:
                      "size_bytes": e.size, "score": e.score} for e in self._entries.values()]
 
     def clear(self):
-        """Drops every entry that is not being computed, the disk files, and resets the counters."""
+        """Drops every entry that is not being computed and the disk files; counters go on counting,
+        as the Spark tier's do."""
         with self._cond:
             for entry in [e for e in self._entries.values() if e.state is not State.COMPUTING]:
                 self._drop(entry, "cleared")
             self._history.clear()
-            self._counts = dict.fromkeys(COUNTERS, 0)
             if self.disk:
                 self.disk.clear()
-                self.disk.corrupt = 0
 
     def close(self):
         """Clears the tier and removes its disk directory."""

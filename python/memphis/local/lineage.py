@@ -233,7 +233,8 @@ def _data_leaf(value):
         key = lineage_key(value)
         if key is None:
             raise Untraceable("the Spark DataFrame has no lineage key")
-        return bytes_leaf("spark", key)
+        # The key ignores column names (aliases); a function may read them, so they count here.
+        return bytes_leaf("spark", xxhash.xxh3_128((key + value.schema.json()).encode()).hexdigest())
     return None
 
 
