@@ -25,6 +25,7 @@ test-python: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/lineage_keys.py
+	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/local_ridge.py
 
 bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --out benchmarks/results/quick
