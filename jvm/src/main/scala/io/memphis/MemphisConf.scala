@@ -30,8 +30,7 @@ object MemphisConf {
 
   val StorageFraction: Entry[Double] = Entry(
     Prefix + "storage.fraction", "0.7", "a number greater than 0 and at most 1",
-    "Share of the executors' storage memory that memphis may fill with cached subplans.")(
-    v => v.trim.toDoubleOption.filter(f => f > 0 && f <= 1))
+    "Share of the executors' storage memory that memphis may fill with cached subplans.")(parseFraction)
 
   val StorageMaxBytes: Entry[Long] = Entry(
     Prefix + "storage.maxBytes", "0", "a byte size such as 0, 512m or 4g (0 means no cap)",
@@ -54,7 +53,7 @@ object MemphisConf {
     "Which cached subplan goes first when memphis holds more than its budget (see docs/architecture.md).")(
     v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(reuse.EvictionPolicy.Names.contains))
 
-  // The driver-side tiers (Python) read these three; they are declared here so that the session
+  // The driver-side tiers (Python) read the keys below; they are declared here so that the session
   // validates them with the rest.
   val HostMaxBytes: Entry[Long] = Entry(
     Prefix + "host.maxBytes", "0", "a byte size such as 0, 512m or 4g (0 means a quarter of the driver's RAM)",
@@ -71,8 +70,12 @@ object MemphisConf {
     "Bytes the disk tier may hold; the entries of least value go first.")(
     parseBytes)
 
+  val GpuMemoryFraction: Entry[Double] = Entry(
+    Prefix + "gpu.memoryFraction", "0.9", "a number greater than 0 and at most 1",
+    "Share of the GPU's free memory at start that the GPU tier may hold (MEMPHIS uses 0.9).")(parseFraction)
+
   val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, EvictionPolicyName,
-    LineageMaxListedFiles, HostMaxBytes, DiskDir, DiskMaxBytes)
+    LineageMaxListedFiles, HostMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))
@@ -97,6 +100,8 @@ object MemphisConf {
         "A SparkContext keeps the conf it started with: stop it before retrying with other values.")
     }
   }
+
+  private def parseFraction(v: String): Option[Double] = v.trim.toDoubleOption.filter(f => f > 0 && f <= 1)
 
   private val ByteSize = """(?i)\s*(\d+)\s*([kmgtp]?)b?\s*""".r
 
