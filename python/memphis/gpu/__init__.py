@@ -11,7 +11,7 @@ Examples
 --------
 >>> import numpy as np, memphis, memphis.gpu
 >>> gpu = memphis.gpu.configure(device="simulated", capacity_bytes="256m")
->>> X = memphis.gpu.to_device(np.ones((1000, 20)))   # one host → device copy
+>>> X = memphis.gpu.to_device(np.ones((1000, 20)))   # a host → device copy
 >>> for _ in range(3):
 ...     G = X.T @ X                                   # kept on its 2nd occurrence, a hit on the 3rd
 >>> memphis.gpu.stats()["gpu_hits"]
@@ -74,8 +74,9 @@ def clear():
 def to_device(x):
     """``x`` (a traced array, or anything :func:`memphis.array` takes) as a traced device array.
 
-    The device copy has the lineage of ``x``: work on it shares keys with host work on ``x``. It is
-    kept in the GPU tier at once, so moving the same data again copies nothing.
+    The device copy has the lineage of ``x``: work on it shares keys with host work on ``x``. Like
+    any result it is kept from its 2nd occurrence on (a batch that never recurs is not held), so
+    from the 3rd move of the same data on nothing is copied.
 
     Examples
     --------
@@ -89,7 +90,7 @@ def to_device(x):
         return x
     x = array(x)
     value, _ = gpu.get_or_compute(x.lineage.key, lambda: gpu.device.copy_to_device(x.numpy()), item=x.lineage,
-                                  opcode="to_device", delayed=False)
+                                  opcode="to_device")
     return TracedArray(value, x.lineage)
 
 

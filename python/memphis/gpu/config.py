@@ -37,14 +37,14 @@ def _device(device, capacity_bytes, copy_bytes_per_s):
     return None
 
 
-def configure(*, device="auto", memory_fraction=None, capacity_bytes=None, copy_bytes_per_s=None):
+def configure(*, device="auto", memory_fraction=None, budget_bytes=None, capacity_bytes=None, copy_bytes_per_s=None):
     """Replaces the GPU tier (its entries are dropped) with one on ``device``; returns it, or None.
 
     ``device``: ``"auto"`` (cupy when it imports and sees a CUDA device, else no GPU tier),
     ``"cupy"``, ``"simulated"`` (a :class:`SimulatedDevice` of ``capacity_bytes``, default 1g,
     copying at ``copy_bytes_per_s``), ``"none"``, or a :class:`Device`. The budget is
     ``memory_fraction`` (default: the active Spark session's ``spark.memphis.gpu.memoryFraction``,
-    else 0.9) of the device's free memory now.
+    else 0.9) of the device's free memory now; ``budget_bytes`` sets it outright instead.
 
     Examples
     --------
@@ -55,13 +55,16 @@ def configure(*, device="auto", memory_fraction=None, capacity_bytes=None, copy_
     global _resolved
     fraction = local_config.fraction(local_config.setting(local_config.GPU_MEMORY_FRACTION, memory_fraction))
     chosen = _device(device, capacity_bytes, copy_bytes_per_s)
+    with _lock:
+        old, device_backend.active = device_backend.active, None
+    if old is not None:  # first: the new tier may manage the same device
+        old.close()
     tier = None
     if chosen is not None:
-        tier = GpuTier(device=chosen, budget_bytes=int(fraction * chosen.free_bytes()), host=local_config.tier)
+        budget = local_config.parse_bytes(budget_bytes) if budget_bytes is not None else int(fraction * chosen.free_bytes())
+        tier = GpuTier(device=chosen, budget_bytes=budget, host=local_config.tier)
     with _lock:
-        old, device_backend.active, _resolved = device_backend.active, tier, True
-    if old is not None:
-        old.close()
+        device_backend.active, _resolved = tier, True
     return tier
 
 

@@ -19,9 +19,15 @@ class CopyStream:
 
     def __init__(self, copy):
         self._copy = copy
-        self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="memphis-copy")
+        self._worker = None  # its thread, started on the first copy (again after close)
+        self._lock = threading.Lock()
 
     def submit(self, value, done) -> concurrent.futures.Future:
+        with self._lock:
+            if self._worker is None:
+                self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="memphis-copy")
+            worker = self._worker
+
         def run():
             try:
                 result = self._copy(value)
@@ -29,14 +35,21 @@ class CopyStream:
                 done(None, error)
                 return
             done(result, None)
-        return self._worker.submit(run)
+        return worker.submit(run)
 
     def synchronize(self):
         """Returns when every copy submitted so far is over."""
-        self._worker.submit(lambda: None).result()
+        with self._lock:
+            worker = self._worker
+        if worker is not None:
+            worker.submit(lambda: None).result()
 
     def close(self):
-        self._worker.shutdown(wait=True)
+        """Waits for the copies submitted so far and stops the thread."""
+        with self._lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.shutdown(wait=True)
 
 
 class Device:

@@ -59,12 +59,12 @@ class Allocator:
         self._cond = cond  # the tier's: one lock for the tier and its allocator
         self._evict = evict
         # Guarded by the lock: bytes_allocated = bytes of every buffer taken from the device and not
-        # given back (in arrays, in the free lists, or queued), never above limit_bytes; bytes_free =
+        # given back (in arrays, in the free lists, or queued), never above limit_bytes; _bytes_free =
         # bytes in the free lists. _returned is appended to without the lock and drained under it.
         self._free = collections.defaultdict(list)  # size -> buffers nobody uses
         self._returned = collections.deque()
         self.bytes_allocated = 0
-        self.bytes_free = 0
+        self._bytes_free = 0
         self.recycled = 0
         self.fresh = 0
         self.closed = False
@@ -75,7 +75,7 @@ class Allocator:
             device_full = False
             while True:
                 if self._free.get(nbytes):
-                    self.bytes_free -= nbytes
+                    self._bytes_free -= nbytes
                     self.recycled += 1
                     return self._free[nbytes].pop()
                 if self.bytes_allocated + nbytes <= self.limit_bytes:
@@ -88,16 +88,23 @@ class Allocator:
                         self.fresh += 1
                         return buffer
                 over = self.bytes_allocated + nbytes - self.limit_bytes
-                need = (max(over, nbytes) if device_full else over) - self.bytes_free
+                need = (max(over, nbytes) if device_full else over) - self._bytes_free
                 if need > 0 and self._evict(need):  # their buffers come back unless someone holds them
                     self._drain()
                     continue
-                if self.bytes_free:
+                if self._bytes_free:
                     self.release_free()
                     device_full = False
                     continue
                 raise self.device.out_of_memory(nbytes, f"{self.bytes_allocated} of {self.limit_bytes} budget bytes "
                                                         "are held by live arrays; nothing left to evict or release")
+
+    @property
+    def bytes_free(self) -> int:
+        """Bytes in the free lists (buffers of dead arrays, ready to be recycled)."""
+        with self._cond:
+            self._drain()
+            return self._bytes_free
 
     def release(self, buffer):
         if self.closed:
@@ -110,19 +117,19 @@ class Allocator:
             buffer = self._returned.popleft()
             size = _buffer_size(buffer)
             self._free[size].append(buffer)
-            self.bytes_free += size
+            self._bytes_free += size
 
     def release_free(self) -> int:
         """Gives every free-listed buffer back to the device; returns the bytes released."""
         with self._cond:
             self._drain()
-            released = self.bytes_free
+            released = self._bytes_free
             for buffers in self._free.values():
                 for buffer in buffers:
                     self.device.free(buffer)
             self._free.clear()
             self.bytes_allocated -= released
-            self.bytes_free = 0
+            self._bytes_free = 0
             if released:
                 log.debug("released %d free-listed bytes to the device", released)
             return released
