@@ -193,8 +193,10 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(lambda a, i: a[i], (self, index), {}, why)
         # Never cached: a view costs nothing, and a gather (X[:, columns]) is remade at memory speed,
         # while holding each one would take fresh memory (page faults cost as much as the gather).
-        selected = run(item, lambda: self._value[_unwrap(index, device_backend.device_of(self._value))], view=True)
-        partial.note_column_selection(self, index, selected)
+        device = device_backend.device_of(self._value)
+        selected = run(item, lambda: self._value[_unwrap(index, device)], view=True)
+        if device is None:  # the rewrites that use selections assemble host blocks
+            partial.note_column_selection(self, index, selected)
         return selected
 
     def __len__(self):
