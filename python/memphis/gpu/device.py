@@ -122,7 +122,7 @@ class SimulatedDevice(Device):
     --------
     >>> device = SimulatedDevice(capacity_bytes=1 << 20)
     >>> x = device.copy_to_device(np.arange(4.0))
-    >>> float((x * 2).sum()), device.counts["copies_to_device"], device.bytes_in_use
+    >>> float(np.sum(x * 2)), device.counts["copies_to_device"], device.bytes_in_use
     (12.0, 1, 32)
     """
 

@@ -170,9 +170,12 @@ class GpuTier:
 
     Examples
     --------
+    >>> import numpy as np
     >>> from memphis.gpu import SimulatedDevice
     >>> tier = GpuTier(device=SimulatedDevice(capacity_bytes=1 << 20), budget_bytes=1 << 19)
-    >>> x = tier.device.copy_to_device(np.ones(4))  # doctest: +SKIP
+    >>> make = lambda: tier.device.copy_to_device(np.ones(4))
+    >>> [tier.get_or_compute("0" * 32, make)[1] for _ in range(3)]  # seen, kept, hit
+    [False, True, True]
     """
 
     def __init__(self, *, device, budget_bytes: int, host: Callable = lambda: None):
