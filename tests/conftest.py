@@ -71,3 +71,25 @@ def local_tier(tmp_path):
     tier = memphis.local.configure(host_max_bytes=64 << 20, disk_dir=str(tmp_path / "spill"), min_cost_s=0.0)
     yield tier
     memphis.local.configure()
+
+
+@pytest.fixture(params=["simulated", pytest.param("cupy", marks=pytest.mark.gpu)])
+def device(request):
+    """The device a GPU-tier test runs on: the simulated one always, cupy's where a GPU is."""
+    from memphis.gpu import CupyDevice, SimulatedDevice
+    from memphis.gpu.cupy_device import usable
+
+    if request.param == "cupy":
+        if not usable()[0]:
+            pytest.skip("no GPU: cupy not importable or no CUDA device")
+        return CupyDevice()
+    return SimulatedDevice(capacity_bytes=256 << 20)
+
+
+@pytest.fixture
+def gpu_tier(device, local_tier):
+    """A function (budget_bytes) -> a fresh GPU tier on ``device`` above fresh local tiers; gone after."""
+    import memphis.gpu
+
+    yield lambda budget_bytes: memphis.gpu.configure(device=device, budget_bytes=budget_bytes)
+    memphis.gpu.configure(device="none")

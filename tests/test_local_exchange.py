@@ -77,8 +77,13 @@ def test_no_key_no_reuse(spark, local_tier):
 
 
 def test_what_collect_refuses(spark, local_tier, frame):
-    with pytest.raises(NotImplementedError, match="GPU tier"):
+    import memphis.gpu
+
+    memphis.gpu.configure(device="none")
+    with pytest.raises(memphis.gpu.NoGpuError, match="device='simulated'"):
         memphis.collect(frame, device="gpu")
+    with pytest.raises(ValueError, match="device"):
+        memphis.collect(frame, device="tpu")
     with pytest.raises(ValueError, match="as_"):
         memphis.collect(frame, as_="list")
     with pytest.raises(TypeError, match=r"not numeric: s \(string\)"):

@@ -1,6 +1,7 @@
 from pyspark.sql import functions as F
 
 import memphis
+import memphis.gpu
 from conftest import job_count
 
 
@@ -22,7 +23,8 @@ def test_stats_from_sql_and_python_agree(spark):
     local = {name for name in merged if name not in by_sql}
     assert local == {"local_" + name for name in ("hits", "partial_hits", "misses", "computed", "evicted", "spilled",
                                                   "reloaded", "refused", "corrupt", "compute_saved_ms")} | \
-        {"bytes_held_host", "bytes_held_disk"}
+        {"local_" + name for name in memphis.gpu.GPU_COUNTERS if name != "bytes_held_gpu"} | \
+        {"bytes_held_host", "bytes_held_disk", "bytes_held_gpu"}
 
 
 def test_entries_and_clear_cover_every_tier(spark, local_tier):

@@ -22,18 +22,28 @@ __all__ = ["State", "TracedArray", "array", "clear", "collect", "configure", "en
 
 def stats() -> dict:
     """Counters of the local tiers: hits, partial_hits, misses, computed, evicted, spilled, reloaded,
-    refused, corrupt, bytes_held_host, bytes_held_disk, compute_saved_ms."""
-    return tier().stats()
+    refused, corrupt, bytes_held_host, bytes_held_disk, compute_saved_ms; and the GPU tier's (zeros
+    without one): gpu_hits, gpu_misses, recycled_allocations, fresh_allocations, evicted_to_host,
+    gpu_deleted, bytes_held_gpu, eviction_time_ms, copies_to_device, copies_to_host."""
+    from memphis import gpu
+
+    return {**tier().stats(), **gpu.stats()}
 
 
 def entries():
-    """One row per local entry (pandas): key, tier, state, opcode, hits, misses, cost_ms, size_bytes, score."""
+    """One row per local entry (pandas): key, tier (host, disk or gpu), state, opcode, hits, misses,
+    cost_ms, size_bytes, score."""
     import pandas as pd
 
+    from memphis import gpu
+
     columns = ["key", "tier", "state", "opcode", "hits", "misses", "cost_ms", "size_bytes", "score"]
-    return pd.DataFrame(tier().entries(), columns=columns)
+    return pd.DataFrame(tier().entries() + gpu.entries(), columns=columns)
 
 
 def clear():
-    """Drops every local entry (host and disk); the counters keep counting."""
+    """Drops every local entry (host, disk and GPU); the counters keep counting."""
+    from memphis import gpu
+
     tier().clear()
+    gpu.clear()

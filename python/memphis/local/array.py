@@ -4,7 +4,7 @@ import logging
 
 import numpy as np
 
-from memphis.local import config, numpy_backend, partial
+from memphis.local import config, device_backend, numpy_backend, partial
 from memphis.local.host import State
 from memphis.local.lineage import LineageItem, Untraceable, array_leaf, bounded, encode, literal
 
@@ -37,13 +37,16 @@ def _canonical_arguments(function, args, kwargs):
     return tuple(bound.arguments.items())
 
 
-def _unwrap(value):
+def _unwrap(value, device=None):
+    """Plain values of traced arrays; for work on ``device``, host arrays are copied to it (counted)."""
     if isinstance(value, TracedArray):
-        return value._value
+        value = value._value
+    if device is not None and isinstance(value, np.ndarray):
+        return device.copy_to_device(value)
     if type(value) in (tuple, list):
-        return type(value)(_unwrap(v) for v in value)
+        return type(value)(_unwrap(v, device) for v in value)
     if type(value) is dict:
-        return {k: _unwrap(v) for k, v in value.items()}
+        return {k: _unwrap(v, device) for k, v in value.items()}
     return value
 
 
@@ -64,10 +67,12 @@ def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
     return trace_item(opcode, (tuple(inputs), tuple(sorted(kwargs.items()))))
 
 
-def run(item: LineageItem, compute, *, view: bool = False):
+def run(item: LineageItem, compute, *, view: bool = False, device=None):
     """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage.
 
     ``view``: a result that is never cached (views, indexing): computed and wrapped, no probe.
+    ``device``: the work runs on that device and is probed in its GPU tier (which asks the host
+    tier before computing); host work asks the GPU tier before computing.
     """
     tier = config.tier()
     if view:
@@ -76,6 +81,13 @@ def run(item: LineageItem, compute, *, view: bool = False):
         tier.count("refused")
         log.debug("not cached %s: it depends on unseeded randomness", item.opcode)
         return wrap(compute(), bounded(item))
+    if device is not None:
+        if device.tier is None:  # a device without a tier (reconfigured away): plain device work
+            return wrap(compute(), bounded(item))
+        value, held = device.tier.get_or_compute(item.key, compute, item=item)
+        return wrap(value, item.cut() if held else bounded(item))
+    if device_backend.active is not None:
+        compute = device_backend.active.serving_host(item, compute)
     value = tier.get_or_compute(item.key, compute, item=item, min_cost_s=tier.worth_caching_s())
     # Cut the trace at a cached key: the cache holds the structure, the trace keeps only its hash.
     held = tier.state_of(item.key) in (State.CACHED, State.SPILLED)
@@ -86,6 +98,8 @@ def wrap(value, item: LineageItem):
     """Arrays become traced arrays; tuples of results (eigh, svd, lstsq) are wrapped per element."""
     if isinstance(value, (np.ndarray, np.generic)):
         return TracedArray(np.asarray(value), item)
+    if device_backend.is_device_array(value):
+        return TracedArray(value, item)
     if isinstance(value, tuple):
         parts = [wrap(v, LineageItem("output", inputs=(item,), literals=(literal(i),))) for i, v in enumerate(value)]
         return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
@@ -127,33 +141,40 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         if out is not None and not all(isinstance(o, TracedArray) for o in out):
             return _plain(getattr(ufunc, method), inputs, {**kwargs, "out": out}, "writes into a plain array")
         # Into a traced array (``t += 1``): computed anew, and the name is bound to the result.
+        device = device_backend.device_among((*inputs, *kwargs.values()))
         try:
             item = ufunc_item(ufunc, method, inputs, kwargs)
         except Untraceable as why:
-            return _plain(getattr(ufunc, method), inputs, kwargs, why)
-        if ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2:
-            rewritten = partial.crossproduct(item, *inputs)
+            return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
+        if device is None and ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2:
+            rewritten = partial.crossproduct(item, *inputs)  # the rewrites assemble host blocks
             if rewritten is not None:
                 return rewritten
-        return run(item, lambda: getattr(ufunc, method)(*_unwrap(inputs), **_unwrap(kwargs)))
+        return run(item, lambda: getattr(ufunc, method)(*_unwrap(inputs, device), **_unwrap(kwargs, device)),
+                   device=device)
 
     def __array_function__(self, function, types, args, kwargs):
         if function not in TRACED_FUNCTIONS:
             return _plain(function, args, kwargs, "not a traced function")
+        device = device_backend.device_among((*args, *kwargs.values()))
         try:
             item = function_item(function, args, kwargs)
         except (Untraceable, TypeError) as why:
-            return _plain(function, args, kwargs, why)
+            return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why)
         item = partial.canonical_concatenation(function, args, kwargs) or item
-        return run(item, lambda: function(*_unwrap(args), **_unwrap(kwargs)), view=item.opcode in VIEW_OPCODES)
+        return run(item, lambda: function(*_unwrap(args, device), **_unwrap(kwargs, device)),
+                   view=item.opcode in VIEW_OPCODES, device=device)
 
     def __array__(self, dtype=None, copy=None):
+        if device_backend.is_device_array(self._value):
+            raise TypeError("a traced device array does not convert to numpy implicitly; use memphis.gpu.to_host(x)")
         if copy:
             return np.array(self._value, dtype=dtype, copy=True)
         return self._value if dtype is None else self._value.astype(dtype, copy=False)
 
     def numpy(self) -> np.ndarray:
-        """The value, read-only (it may be shared with the cache); copy it to change it."""
+        """The value, read-only (it may be shared with the cache); copy it to change it. For a traced
+        device array: the device array (a cupy or simulated array), not to be changed either."""
         return self._value
 
     # --- array surface ----------------------------------------------------------------------
@@ -172,8 +193,10 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(lambda a, i: a[i], (self, index), {}, why)
         # Never cached: a view costs nothing, and a gather (X[:, columns]) is remade at memory speed,
         # while holding each one would take fresh memory (page faults cost as much as the gather).
-        selected = run(item, lambda: self._value[_unwrap(index)], view=True)
-        partial.note_column_selection(self, index, selected)
+        device = device_backend.device_of(self._value)
+        selected = run(item, lambda: self._value[_unwrap(index, device)], view=True)
+        if device is None:  # the rewrites that use selections assemble host blocks
+            partial.note_column_selection(self, index, selected)
         return selected
 
     def __len__(self):
@@ -212,13 +235,15 @@ for _name in ("all any sum mean std var min max prod argmin argmax cumsum cumpro
 
 
 def array(value) -> TracedArray:
-    """Wraps a numpy array (or anything ``np.asarray`` takes) for traced, reusable work.
+    """Wraps a numpy array (or anything ``np.asarray`` takes), or a device array, for traced, reusable work.
 
     The array is identified by its content (xxh3-128 of shape, dtype and bytes, at memory speed);
     derived values are identified by lineage and never hashed. The array is not copied and stays
     writeable: the traced array reads it through a read-only view. Change it in place and you must
     wrap it again (which hashes it again); a traced array made before the change still carries the
-    old identity, and work on it would be keyed wrongly (not detected).
+    old identity, and work on it would be keyed wrongly (not detected). A device array (cupy, or
+    the simulated device's) stays on its device; it is hashed through one host copy, so it has the
+    key that the same data has on the host, and work on it runs on the device (see memphis.gpu).
 
     Examples
     --------
@@ -229,6 +254,9 @@ def array(value) -> TracedArray:
     """
     if isinstance(value, TracedArray):
         return value
+    device = device_backend.device_of(value)
+    if device is not None:  # hashed through a host copy: the key of the same data on the host
+        return TracedArray(value, array_leaf(device.copy_to_host(value)))
     value = np.asarray(value)
     return TracedArray(numpy_backend.read_only_view(value), array_leaf(value))
 

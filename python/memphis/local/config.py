@@ -1,6 +1,6 @@
 """Where the local tiers get their budgets: explicit configure(), else the active Spark session's confs.
 
-The three confs are declared on the JVM side (io.memphis.MemphisConf) with these defaults and
+The confs are declared on the JVM side (io.memphis.MemphisConf) with these defaults and
 meanings; values are parsed by the same rules, so a value the session accepts means the same here.
 """
 import getpass
@@ -19,7 +19,8 @@ log = logging.getLogger("memphis.local")
 HOST_MAX_BYTES = "spark.memphis.host.maxBytes"
 DISK_DIR = "spark.memphis.disk.dir"
 DISK_MAX_BYTES = "spark.memphis.disk.maxBytes"
-DEFAULTS = {HOST_MAX_BYTES: "0", DISK_DIR: "", DISK_MAX_BYTES: "10g"}
+GPU_MEMORY_FRACTION = "spark.memphis.gpu.memoryFraction"
+DEFAULTS = {HOST_MAX_BYTES: "0", DISK_DIR: "", DISK_MAX_BYTES: "10g", GPU_MEMORY_FRACTION: "0.9"}
 HOST_FRACTION_OF_RAM = 0.25  # what host.maxBytes=0 means
 _BYTE_SIZE = re.compile(r"\s*(\d+)\s*([kmgtp]?)b?\s*", re.IGNORECASE)
 
@@ -59,7 +60,21 @@ def disk_root(value) -> str:
     return value.strip() or os.path.join(tempfile.gettempdir(), f"memphis-{getpass.getuser()}")
 
 
-def _setting(name, given):
+def fraction(value) -> float:
+    """A fraction in (0, 1], as the JVM accepts it.
+
+    Examples
+    --------
+    >>> fraction("0.9")
+    0.9
+    """
+    number = float(value)
+    if not 0 < number <= 1:
+        raise ValueError(f"not a fraction in (0, 1]: {value!r}")
+    return number
+
+
+def setting(name, given):
     """``given`` if set, else the active Spark session's conf (never starts one), else the JVM default."""
     if given is not None:
         return given
@@ -73,14 +88,14 @@ def _setting(name, given):
 
 
 def _from_confs(host, directory, disk_max, min_cost_s) -> HostTier:
-    disk_bytes = parse_bytes(_setting(DISK_MAX_BYTES, disk_max))
+    disk_bytes = parse_bytes(setting(DISK_MAX_BYTES, disk_max))
     disk = None
     if disk_bytes:  # 0 turns spilling off
         try:
-            disk = DiskTier(root=disk_root(_setting(DISK_DIR, directory)), max_bytes=disk_bytes)
+            disk = DiskTier(root=disk_root(setting(DISK_DIR, directory)), max_bytes=disk_bytes)
         except OSError as error:
             log.warning("memphis.local: no disk tier (%s); evicted values are dropped", error)
-    return HostTier(max_bytes=host_budget(_setting(HOST_MAX_BYTES, host)), disk=disk, min_cost_s=min_cost_s)
+    return HostTier(max_bytes=host_budget(setting(HOST_MAX_BYTES, host)), disk=disk, min_cost_s=min_cost_s)
 
 
 def configure(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, min_cost_s: float = None) -> HostTier:

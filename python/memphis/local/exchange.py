@@ -1,4 +1,4 @@
-"""Spark → driver exchange: a DataFrame's result collected through Arrow once, held in the host tier."""
+"""Spark → driver (and GPU) exchange: a DataFrame's result collected through Arrow once, held by lineage key."""
 import concurrent.futures
 import logging
 import threading
@@ -29,12 +29,17 @@ def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arr
     Parameters
     ----------
     df : pyspark.sql.DataFrame
-    device : ``"host"`` (driver memory). ``"gpu"`` needs the GPU tier, not available in this version.
+    device : ``"host"`` (driver memory) or ``"gpu"``: the host result (collected as above, or
+        found in the host tier) copied once to the device of the GPU tier (:mod:`memphis.gpu`) and
+        kept there under the same key plus the format, so a second collect copies nothing. Without
+        a GPU tier it raises :class:`memphis.gpu.NoGpuError`.
     prefetch : when true, the collection starts in a background thread and a
         ``concurrent.futures.Future`` of the result is returned at once.
     as_ : ``"arrow"`` (a ``pyarrow.Table``, shared with the cache: it is immutable), ``"pandas"``
         (a new DataFrame per call) or ``"numpy"`` (a new 2-D float64 array of the columns, which
-        must all be numeric: integers, floats, decimals, booleans; nulls become NaN).
+        must all be numeric: integers, floats, decimals, booleans; nulls become NaN). On the GPU,
+        ``"numpy"`` gives a device array (cupy, or the simulated device's) shared with the cache,
+        ``"arrow"`` and ``"pandas"`` a cudf DataFrame (cupy device with cudf installed).
 
     Examples
     --------
@@ -43,16 +48,16 @@ def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arr
     >>> X = memphis.collect(df, as_="numpy")  # no Spark job this time  # doctest: +SKIP
     >>> future = memphis.collect(df, prefetch=True)  # doctest: +SKIP
     >>> table = future.result()  # doctest: +SKIP
+    >>> X = memphis.collect(df, device="gpu", as_="numpy")  # one host → device copy  # doctest: +SKIP
     """
-    if device == "gpu":
-        raise NotImplementedError("device='gpu' needs the GPU tier, not available in this version; "
-                                  "use device='host'")
-    if device != "host":
-        raise ValueError(f"device={device!r}: expected 'host'")
+    if device not in ("host", "gpu"):
+        raise ValueError(f"device={device!r}: expected 'host' or 'gpu'")
     if as_ not in FORMATS:
         raise ValueError(f"as_={as_!r}: expected one of {', '.join(FORMATS)}")
     if prefetch:
         return _executor().submit(collect, df, device=device, as_=as_)
+    if device == "gpu":
+        return _on_gpu(df, as_)
     return _convert(_table(df), as_)
 
 
@@ -64,18 +69,45 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
         return _pool
 
 
-def _table(df):
-    """``df``'s result as an Arrow table, from the host tier when its key was collected before."""
+def _collect_item(df):
+    """The item of ``df``'s collected result: its JVM lineage key and schema; None without a key."""
     from memphis.lineage import lineage_key
 
-    tier = config.tier()
     key = lineage_key(df)
     if key is None:
-        tier.count("refused")
+        config.tier().count("refused")
         log.debug("collected without reuse: the DataFrame has no lineage key")
+        return None
+    return LineageItem("collect", literals=(("key", key), ("schema", df.schema.json())))
+
+
+def _table(df, item=None):
+    """``df``'s result as an Arrow table, from the host tier when its key was collected before."""
+    item = item or _collect_item(df)
+    if item is None:
         return df.toArrow()
-    item = LineageItem("collect", literals=(("key", key), ("schema", df.schema.json())))
-    return tier.get_or_compute(item.key, df.toArrow, item=item)
+    return config.tier().get_or_compute(item.key, df.toArrow, item=item)
+
+
+def _on_gpu(df, as_: str):
+    """``df``'s result on the GPU tier's device: one host → device copy per key and format."""
+    from memphis.gpu import tier as gpu_tier
+
+    gpu = gpu_tier(required=True)
+    form = "numpy" if as_ == "numpy" else "frame"
+
+    def transfer(item):
+        table = _table(df, item)
+        if form == "frame":
+            return gpu.device.frame_from_arrow(table)
+        return gpu.device.copy_to_device(_convert(table, "numpy"))
+    item = _collect_item(df)
+    if item is None:
+        return transfer(None)
+    on_device = LineageItem("to_device", inputs=(item,), literals=(("as", form),))
+    value, _ = gpu.get_or_compute(on_device.key, lambda: transfer(item), item=on_device, opcode="collect",
+                                  delayed=False)
+    return value
 
 
 def _convert(table, as_: str):

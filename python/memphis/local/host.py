@@ -48,6 +48,12 @@ TRANSITIONS = {
 }
 
 
+def check_move(transitions: dict, old, new):
+    """Raises unless ``old -> new`` is one of ``transitions`` (a tier's state machine)."""
+    if new not in transitions[old]:
+        raise RuntimeError(f"memphis: invalid entry move {old} -> {new}")
+
+
 @dataclass(eq=False)
 class Entry:
     key: str
@@ -247,6 +253,29 @@ class HostTier:
             entry = self._entries.get(key)
             return entry.state if entry else None
 
+    def peek(self, key: str, *, item=None):
+        """(value, cost in seconds) when ``key`` is CACHED here (counted as a hit), else None.
+
+        For another tier that would otherwise compute the value (the GPU tier copies it instead);
+        nothing is reloaded, awaited or computed.
+        """
+        with self._cond:
+            entry = self._entries.get(key)
+            if entry is None or entry.state is not State.CACHED or (item is not None and entry.item not in (None, item)):
+                return None
+            return hand_out(self._hit(entry)), entry.cost_s
+
+    def put(self, key: str, value, *, item=None, opcode: str = "", cost_s: float):
+        """Holds ``value``, computed elsewhere in ``cost_s`` seconds (e.g. evicted from the GPU), unless
+        ``key`` has an entry already; it is cached as a computed value would be (budget, eviction)."""
+        with self._cond:
+            if key in self._entries:
+                return
+            entry = Entry(key, item, opcode or getattr(item, "opcode", ""), State.COMPUTING,
+                          owner=threading.get_ident(), misses=self._history.pop(key, 0))
+            self._entries[key] = entry
+            self._store(entry, freeze(value), cost_s, 0.0)
+
     def count(self, counter: str, amount=1):
         with self._cond:
             self._counts[counter] += amount
@@ -255,8 +284,7 @@ class HostTier:
 
     def _check(self, old, entry_or_new):
         new = entry_or_new.state if isinstance(entry_or_new, Entry) else entry_or_new
-        if new not in TRANSITIONS[old]:
-            raise RuntimeError(f"memphis.local: invalid entry move {old} -> {new}")
+        check_move(TRANSITIONS, old, new)
 
     def _move(self, entry: Entry, state: Optional[State]):
         self._check(entry.state, state)

@@ -205,10 +205,13 @@ def encode(value, inputs: list):
 
 def _data_leaf(value):
     """The leaf item of a raw data value, None for a value that is not data."""
-    from memphis.local import numpy_backend
+    from memphis.local import device_backend, numpy_backend
 
     if isinstance(value, numpy_backend.ARRAY_TYPES):
         return array_leaf(value)
+    device = device_backend.device_of(value)
+    if device is not None:  # hashed through a host copy: the key of the same data on the host
+        return array_leaf(device.copy_to_host(value))
     module = type(value).__module__
     if module.startswith("pandas"):
         import pandas as pd

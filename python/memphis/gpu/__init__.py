@@ -1,0 +1,108 @@
+"""The GPU tier: traced device arrays reused by lineage, in device memory that memphis manages.
+
+Work on traced arrays whose values live on a device (cupy arrays, or the simulated device's) is
+traced with the same opcodes and keys as numpy work, probed in the GPU tier before it runs, and
+kept there from its second occurrence on. Device memory is allocated through memphis: freed
+buffers are recycled for allocations of the same size, and an allocation that would exceed the
+budget evicts cached values (to the host tier when recomputing costs more than the copy) before it
+fails.
+
+Examples
+--------
+>>> import numpy as np, memphis, memphis.gpu
+>>> gpu = memphis.gpu.configure(device="simulated", capacity_bytes="256m")
+>>> X = memphis.gpu.to_device(np.ones((1000, 20)))   # a host → device copy
+>>> for _ in range(3):
+...     G = X.T @ X                                   # kept on its 2nd occurrence, a hit on the 3rd
+>>> memphis.gpu.stats()["gpu_hits"]
+1
+>>> float(memphis.gpu.to_host(G).numpy()[0, 0])
+1000.0
+"""
+from memphis.gpu.config import NoGpuError, configure, tier
+from memphis.gpu.cupy_device import CupyDevice
+from memphis.gpu.device import CopyStream, Device, SimulatedArray, SimulatedDevice, SimulatedOutOfMemory
+from memphis.gpu.tier import GPU_COUNTERS, TRANSITIONS, Allocator, GpuState, GpuTier
+
+__all__ = ["Allocator", "CopyStream", "CupyDevice", "Device", "GPU_COUNTERS", "GpuState", "GpuTier", "NoGpuError",
+           "SimulatedArray", "SimulatedDevice", "SimulatedOutOfMemory", "TRANSITIONS", "clear", "configure",
+           "entries", "release_free", "stats", "tier", "to_device", "to_host"]
+
+
+def release_free() -> int:
+    """Gives the GPU tier's free lists back to the device; returns the bytes released.
+
+    Call it at a phase change (between models, before a loop over batches of another size): buffers
+    of the old sizes would otherwise wait for allocations that no longer come.
+
+    Examples
+    --------
+    >>> import memphis.gpu
+    >>> memphis.gpu.release_free()  # doctest: +SKIP
+    0
+    """
+    gpu = tier()
+    return gpu.release_free() if gpu is not None else 0
+
+
+def stats() -> dict:
+    """The GPU tier's counters (zeros without one): gpu_hits, gpu_misses, recycled_allocations,
+    fresh_allocations, evicted_to_host, gpu_deleted, bytes_held_gpu, eviction_time_ms,
+    copies_to_device, copies_to_host."""
+    from memphis.local import device_backend
+
+    gpu = device_backend.active
+    return gpu.stats() if gpu is not None else dict.fromkeys(GPU_COUNTERS, 0)
+
+
+def entries() -> list:
+    """One dict per GPU entry (tier "gpu"); see :func:`memphis.local.entries`."""
+    from memphis.local import device_backend
+
+    gpu = device_backend.active
+    return gpu.entries() if gpu is not None else []
+
+
+def clear():
+    """Releases every GPU entry; the counters keep counting."""
+    from memphis.local import device_backend
+
+    if device_backend.active is not None:
+        device_backend.active.clear()
+
+
+def to_device(x):
+    """``x`` (a traced array, or anything :func:`memphis.array` takes) as a traced device array.
+
+    The device copy has the lineage of ``x``: work on it shares keys with host work on ``x``. Like
+    any result it is kept from its 2nd occurrence on (a batch that never recurs is not held), so
+    from the 3rd move of the same data on nothing is copied.
+
+    Examples
+    --------
+    >>> import numpy as np, memphis.gpu
+    >>> X = memphis.gpu.to_device(np.eye(3))  # doctest: +SKIP
+    """
+    from memphis.local.array import TracedArray, array
+
+    gpu = tier(required=True)
+    if isinstance(x, TracedArray) and gpu.device.is_array(x.numpy()):
+        return x
+    x = array(x)
+    value, _ = gpu.get_or_compute(x.lineage.key, lambda: gpu.device.copy_to_device(x.numpy()), item=x.lineage,
+                                  opcode="to_device")
+    return TracedArray(value, x.lineage)
+
+
+def to_host(x):
+    """A traced device array as a traced numpy array of the same lineage (one counted copy, none when
+    the host tier holds that key)."""
+    from memphis.local import config as local_config
+    from memphis.local.array import TracedArray
+    from memphis.local.device_backend import device_of
+
+    device = device_of(x.numpy()) if isinstance(x, TracedArray) else None
+    if device is None:
+        return x
+    found = local_config.tier().peek(x.lineage.key, item=x.lineage)
+    return TracedArray(found[0] if found is not None else device.copy_to_host(x.numpy()), x.lineage)

@@ -1,0 +1,136 @@
+"""A real GPU through cupy (and cudf for frames, when it is installed). Runs only where a GPU is."""
+import time
+
+import numpy as np
+
+from memphis.gpu.device import Device
+from memphis.local import device_backend
+
+INITIAL_COPY_BYTES_PER_S = 1.5e9  # MEMPHIS' first guess of device → host bandwidth, then learned
+MIN_MEASURED_BYTES = 2 << 20  # smaller copies say more about latency than bandwidth
+
+
+def usable():
+    """(True, "") when cupy imports and sees a CUDA device, else (False, why)."""
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:  # ImportError, or a CUDA runtime error without a driver
+        return False, f"cupy not importable or no CUDA device ({type(error).__name__}: {error})"
+    return (count > 0, "" if count else "no CUDA device")
+
+
+class _Lease:
+    """Owner of a buffer handed to cupy: when cupy drops the memory, the buffer goes back to memphis."""
+
+    __slots__ = ("buffer", "release")
+
+    def __init__(self, buffer, release):
+        self.buffer, self.release = buffer, release
+
+    def __del__(self):
+        self.release(self.buffer)
+
+
+class CupyDevice(Device):
+    """A CUDA device through cupy.
+
+    ``use_allocator`` installs memphis' allocator as cupy's (``cupy.cuda.set_allocator``): every
+    cupy allocation goes through its free lists and its failure hook (evict, release free lists,
+    retry) instead of cupy's memory pool. Eviction copies run on their own ``cupy.cuda.Stream``.
+    Frames (``collect(..., as_="arrow")``) become cudf DataFrames when cudf imports.
+
+    Examples
+    --------
+    >>> device = CupyDevice()  # doctest: +SKIP
+    >>> device.copy_to_host(device.copy_to_device(np.ones(3)))  # doctest: +SKIP
+    array([1., 1., 1.])
+    """
+
+    name = "cupy"
+
+    def __init__(self, *, device_id: int = 0):
+        import cupy
+
+        self._cupy = cupy
+        self.device_id = device_id
+        self.out_of_memory_errors = (cupy.cuda.memory.OutOfMemoryError,)
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        super().__init__(copy_bytes_per_s=INITIAL_COPY_BYTES_PER_S)
+        device_backend.register(cupy.ndarray, lambda array: self)
+
+    def out_of_memory(self, nbytes, why):
+        free, total = self._cupy.cuda.runtime.memGetInfo()
+        return self._cupy.cuda.memory.OutOfMemoryError(nbytes, total - free, total)
+
+    def allocate(self, nbytes: int):
+        with self._cupy.cuda.Device(self.device_id):
+            buffer = self._cupy.cuda.memory.Memory(nbytes)  # cudaMalloc; freed when the last reference goes
+        self._count("allocations")
+        return buffer
+
+    def free(self, buffer):
+        self._count("frees")  # dropping memphis' reference frees it (cudaFree in cupy's Memory)
+
+    def free_bytes(self) -> int:
+        with self._cupy.cuda.Device(self.device_id):
+            return int(self._cupy.cuda.runtime.memGetInfo()[0])
+
+    def total_bytes(self) -> int:
+        with self._cupy.cuda.Device(self.device_id):
+            return int(self._cupy.cuda.runtime.memGetInfo()[1])
+
+    def use_allocator(self, allocator):
+        cupy = self._cupy
+
+        def malloc(nbytes):
+            buffer = allocator.malloc(nbytes)
+            memory = cupy.cuda.memory.UnownedMemory(buffer.ptr, nbytes, _Lease(buffer, allocator.release),
+                                                    self.device_id)
+            return cupy.cuda.MemoryPointer(memory, 0)
+        cupy.cuda.set_allocator(malloc)
+
+    def close(self):
+        super().close()
+        self._cupy.cuda.set_allocator(self._cupy.get_default_memory_pool().malloc)
+
+    def is_array(self, value) -> bool:
+        return isinstance(value, self._cupy.ndarray)
+
+    def copy_to_device(self, host):
+        host = np.ascontiguousarray(host)
+        start = time.perf_counter()
+        value = self._cupy.asarray(host)
+        self._count("copies_to_device", host.nbytes, time.perf_counter() - start)
+        return value
+
+    def copy_to_host(self, value) -> np.ndarray:
+        start = time.perf_counter()
+        host = self._cupy.asnumpy(value)
+        self._learn(value.nbytes, time.perf_counter() - start)
+        return host
+
+    def _copy_to_host_on_stream(self, value) -> np.ndarray:
+        start = time.perf_counter()
+        host = value.get(stream=self._stream)
+        self._stream.synchronize()
+        self._learn(value.nbytes, time.perf_counter() - start)
+        return host
+
+    def _learn(self, nbytes, seconds):
+        """Counts a device → host copy and moves the bandwidth halfway to what it showed (MEMPHIS' EMA)."""
+        self._count("copies_to_host", nbytes, seconds)
+        if nbytes >= MIN_MEASURED_BYTES and seconds > 0:
+            self.copy_bytes_per_s = (self.copy_bytes_per_s + nbytes / seconds) / 2
+
+    def synchronize(self):
+        self._cupy.cuda.get_current_stream().synchronize()
+
+    def frame_from_arrow(self, table):
+        try:
+            import cudf
+        except ImportError:
+            raise TypeError("frames on the GPU need cudf (pip install 'memphis-spark[gpu-cuda12]'); "
+                            "or collect with as_='numpy'") from None
+        return cudf.DataFrame.from_arrow(table)
