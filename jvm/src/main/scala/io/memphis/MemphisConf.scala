@@ -72,7 +72,8 @@ object MemphisConf {
 
   val GpuMemoryFraction: Entry[Double] = Entry(
     Prefix + "gpu.memoryFraction", "0.9", "a number greater than 0 and at most 1",
-    "Share of the GPU's free memory at start that the GPU tier may hold (MEMPHIS uses 0.9).")(parseFraction)
+    "Share of the GPU's free memory, measured when the driver's GPU tier is made, that memphis manages " +
+      "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
   val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, EvictionPolicyName,
     LineageMaxListedFiles, HostMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
