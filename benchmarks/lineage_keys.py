@@ -38,11 +38,13 @@ def median_ms(action, repeats):
 
 
 def plan_of(spark, operators):
-    """A chain of `operators` projections and filters over a range: one plan node each."""
+    """An aggregate over a chain of projections and filters over a range: `operators` plan nodes.
+
+    The aggregate makes it a reuse candidate, so that memphis keys every subplan of it."""
     df = spark.range(1000).select(F.col("id").alias("x"))
-    for i in range(operators - 1):
+    for i in range(operators - 2):
         df = df.where(F.col("x") > -i) if i % 2 else df.select((F.col("x") + 1).alias("x"))
-    return df
+    return df.groupBy((F.col("x") % 10).alias("k")).count()
 
 
 def main(argv=None) -> int:
