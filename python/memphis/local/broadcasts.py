@@ -11,6 +11,7 @@ from memphis.local.host import size_of
 from memphis.local.lineage import LineageItem, Untraceable, encode
 
 log = logging.getLogger("memphis.local")
+COUNTERS = ("broadcast_hits", "broadcasts", "broadcasts_evicted", "bytes_held_broadcast")
 
 
 @dataclass
@@ -31,7 +32,7 @@ class BroadcastRegistry:
     def __init__(self):
         self._lock = threading.Lock()
         self._held = OrderedDict()  # key -> _Held; guarded by _lock
-        self._counts = Counter(broadcast_hits=0, broadcasts=0, broadcasts_evicted=0)
+        self._counts = Counter({name: 0 for name in COUNTERS if not name.startswith("bytes_held_")})
 
     def broadcast(self, spark, value):
         key = _key_of(value)
