@@ -2,6 +2,7 @@ from pyspark.sql import functions as F
 
 import memphis
 import memphis.gpu
+from memphis.local import broadcasts
 from conftest import job_count
 
 
@@ -24,7 +25,8 @@ def test_stats_from_sql_and_python_agree(spark):
     assert local == {"local_" + name for name in ("hits", "partial_hits", "misses", "computed", "evicted", "spilled",
                                                   "reloaded", "refused", "corrupt", "compute_saved_ms")} | \
         {"local_" + name for name in memphis.gpu.GPU_COUNTERS if name != "bytes_held_gpu"} | \
-        {"bytes_held_host", "bytes_held_disk", "bytes_held_gpu"}
+        {"local_" + name for name in broadcasts.COUNTERS if name != "bytes_held_broadcast"} | \
+        {"bytes_held_host", "bytes_held_disk", "bytes_held_gpu", "bytes_held_broadcast"}
 
 
 def test_entries_and_clear_cover_every_tier(spark, local_tier):

@@ -5,17 +5,21 @@ did with :func:`stats` or ``SELECT * FROM memphis_stats()``.
 """
 from memphis._jvm import EXTENSION_CLASS, jar_path
 from memphis._version import __version__
+from memphis.concurrent import ActionFailed, RunAllError, run_all
 from memphis.errors import MemphisConfigError, MemphisSetupError
 from memphis.lineage import explain_key, lineage_key
-from memphis.local import array, collect, reuse
+from memphis.local import array, broadcast, collect, reuse
 from memphis.session import clear, configure_spark, entries, session, stats
 
 __all__ = [
+    "ActionFailed",
     "EXTENSION_CLASS",
     "MemphisConfigError",
     "MemphisSetupError",
+    "RunAllError",
     "__version__",
     "array",
+    "broadcast",
     "clear",
     "collect",
     "configure_spark",
@@ -24,6 +28,7 @@ __all__ = [
     "jar_path",
     "lineage_key",
     "reuse",
+    "run_all",
     "session",
     "stats",
 ]

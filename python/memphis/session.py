@@ -156,6 +156,8 @@ def stats(spark) -> dict:
     tier (:mod:`memphis.gpu`, zeros without one): local_gpu_hits, local_gpu_misses,
     local_recycled_allocations, local_fresh_allocations, local_evicted_to_host, local_gpu_deleted,
     local_eviction_time_ms, local_copies_to_device, local_copies_to_host; and bytes_held_gpu.
+    Broadcasts of :func:`memphis.broadcast`: local_broadcast_hits, local_broadcasts,
+    local_broadcasts_evicted and bytes_held_broadcast.
 
     Examples
     --------
@@ -196,8 +198,8 @@ def entries(spark):
 
 
 def clear(spark) -> None:
-    """Unpersists everything memphis holds in Spark storage, forgets its entries, and clears the
-    driver tiers (host and disk)."""
+    """Unpersists everything memphis holds in Spark storage, forgets its entries, clears the
+    driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`."""
     from memphis import local
 
     _jvm.facade(spark).clear(spark._jsparkSession)

@@ -11,12 +11,13 @@ Examples
 (20,)
 """
 from memphis.local.array import TracedArray, array, eye, full, random
+from memphis.local.broadcasts import broadcast
 from memphis.local.config import configure, tier
 from memphis.local.exchange import collect
 from memphis.local.host import State
 from memphis.local.reuse import reuse
 
-__all__ = ["State", "TracedArray", "array", "clear", "collect", "configure", "entries", "eye", "full", "random",
+__all__ = ["State", "TracedArray", "array", "broadcast", "clear", "collect", "configure", "entries", "eye", "full", "random",
            "reuse", "stats", "tier"]
 
 
@@ -24,10 +25,13 @@ def stats() -> dict:
     """Counters of the local tiers: hits, partial_hits, misses, computed, evicted, spilled, reloaded,
     refused, corrupt, bytes_held_host, bytes_held_disk, compute_saved_ms; and the GPU tier's (zeros
     without one): gpu_hits, gpu_misses, recycled_allocations, fresh_allocations, evicted_to_host,
-    gpu_deleted, bytes_held_gpu, eviction_time_ms, copies_to_device, copies_to_host."""
+    gpu_deleted, bytes_held_gpu, eviction_time_ms, copies_to_device, copies_to_host; and the
+    broadcasts of :func:`memphis.broadcast`: broadcast_hits, broadcasts, broadcasts_evicted,
+    bytes_held_broadcast."""
     from memphis import gpu
+    from memphis.local import broadcasts
 
-    return {**tier().stats(), **gpu.stats()}
+    return {**tier().stats(), **gpu.stats(), **broadcasts.registry.stats()}
 
 
 def entries():
@@ -42,8 +46,11 @@ def entries():
 
 
 def clear():
-    """Drops every local entry (host, disk and GPU); the counters keep counting."""
+    """Drops every local entry (host, disk and GPU) and destroys the broadcasts of
+    :func:`memphis.broadcast`; the counters keep counting."""
     from memphis import gpu
+    from memphis.local import broadcasts
 
     tier().clear()
     gpu.clear()
+    broadcasts.registry.clear()

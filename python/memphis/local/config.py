@@ -20,7 +20,9 @@ HOST_MAX_BYTES = "spark.memphis.host.maxBytes"
 DISK_DIR = "spark.memphis.disk.dir"
 DISK_MAX_BYTES = "spark.memphis.disk.maxBytes"
 GPU_MEMORY_FRACTION = "spark.memphis.gpu.memoryFraction"
-DEFAULTS = {HOST_MAX_BYTES: "0", DISK_DIR: "", DISK_MAX_BYTES: "10g", GPU_MEMORY_FRACTION: "0.9"}
+BROADCAST_MAX_BYTES = "spark.memphis.broadcast.maxBytes"
+DEFAULTS = {HOST_MAX_BYTES: "0", DISK_DIR: "", DISK_MAX_BYTES: "10g", GPU_MEMORY_FRACTION: "0.9",
+            BROADCAST_MAX_BYTES: "1g"}
 HOST_FRACTION_OF_RAM = 0.25  # what host.maxBytes=0 means
 _BYTE_SIZE = re.compile(r"\s*(\d+)\s*([kmgtp]?)b?\s*", re.IGNORECASE)
 

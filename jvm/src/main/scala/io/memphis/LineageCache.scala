@@ -101,7 +101,47 @@ final class LineageCache private (val sparkContext: SparkContext) {
     }
     // Innermost first (`chosen` is reversed): an outer subplan's cached plan then reads the inner
     // one's cached relation, so the job that fills the outer one fills both.
-    synchronized(chosen.foreach { case (subplan, e) => persist(session, e, subplan) })
+    synchronized(chosen.foreach { case (subplan, e) =>
+      persist(session, e, subplan, s"occurrence ${e.occurrences}: persisted, filled by the job that needs it")
+    })
+  }
+
+  /**
+   * Persists the candidate subplan of `plan` whose key hash is `hash` now, before its first
+   * occurrence: the caller knows it is shared (several actions submitted together read it), so
+   * waiting for a second occurrence would compute it twice, concurrently. Spark fills it lazily in
+   * the first job that needs it. Says whether memphis holds it now.
+   */
+  def persistAhead(session: SparkSession, plan: LogicalPlan, hash: String, reason: String): Boolean = {
+    val found = LineageKey.ofSubplans(plan, SparkShim.keyContext(session)).collectFirst {
+      case (subplan, Right(key)) if key.hash == hash && LineageCache.isCandidate(subplan, plan) => (subplan, key)
+    }
+    found.exists { case (subplan, key) => synchronized {
+      this.session = Some(session)
+      val entry = entries.get(hash) match {
+        case Some(e) => Some(e).filter(_.key.sameLineage(key))
+        case None =>
+          val e = new CacheEntry(key, System.currentTimeMillis())
+          entries(hash) = e
+          forgetOldestSeen()
+          Some(e)
+      }
+      entry.exists { e =>
+        if (!EntryState.Holding.contains(e.state) && !e.tooLarge) persist(session, e, subplan, reason)
+        EntryState.Holding.contains(e.state)
+      }
+    }}
+  }
+
+  /**
+   * The candidate subplans of `plan` with a key, root first: (key, the keys of the candidate
+   * subplans that contain it). What is worth sharing between queries submitted together.
+   */
+  def candidateKeys(session: SparkSession, plan: LogicalPlan): Seq[(LineageKey, Seq[String])] = {
+    val keyed = LineageKey.ofSubplans(plan, SparkShim.keyContext(session)).collect {
+      case (subplan, Right(key)) if LineageCache.isCandidate(subplan, plan) => key
+    }.distinctBy(_.hash)
+    keyed.map(k => k -> keyed.filter(o => (o ne k) && LineageCache.contains(o, k.hash)).map(_.hash))
   }
 
   /** Counts an occurrence of the subplan, and says whether this query reads it from storage or should persist it. */
@@ -152,7 +192,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * Registers the subplan with Spark's CacheManager, which substitutes it into this query and fills
    * it in the job that needs it. Its RDD appears only then; [[blockUpdated]] adopts it by name.
    */
-  private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan): Unit = {
+  private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan, reason: String): Unit = {
     if (SparkShim.cachedRelationName(session, subplan).isDefined) {
       e.reason = "already cached outside memphis"
     } else {
@@ -172,7 +212,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
       currentExecution.foreach(e.readers += _)
       e.state = EntryState.ToPersist
       e.stored.clear()
-      e.reason = s"occurrence ${e.occurrences}: persisted, filled by the job that needs it"
+      e.reason = reason
       decide(Counter.Persisted, s"persist ${e.key.hash} (${e.reason})")
     }
   }

@@ -60,6 +60,11 @@ object MemphisConf {
     "Bytes of driver memory the host tier may hold for traced arrays, reused functions and collected DataFrames.")(
     parseBytes)
 
+  val BroadcastMaxBytes: Entry[Long] = Entry(
+    Prefix + "broadcast.maxBytes", "1g", "a byte size such as 256m or 1g",
+    "Bytes of driver values memphis.broadcast keeps broadcast for reuse; the least recently used is let go beyond it.")(
+    parseBytes)
+
   val DiskDir: Entry[String] = Entry(
     Prefix + "disk.dir", "", "a directory path (empty means memphis-<user> under the system temp directory)",
     "Where the disk tier spills host entries; created private to the user (mode 0700).")(
@@ -76,7 +81,8 @@ object MemphisConf {
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
   val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, EvictionPolicyName,
-    LineageMaxListedFiles, HostMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
+    LineageMaxListedFiles, HostMaxBytes, BroadcastMaxBytes, DiskDir, DiskMaxBytes,
+    GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))

@@ -24,6 +24,25 @@ object PythonFacade {
     case Left(reason) => s"no lineage key: $reason"
   }
 
+  /**
+   * The candidate subplans of a DataFrame's plan as a JSON list of {"key", "height", "within"}
+   * (within: the keys of the candidate subplans that contain it), for `memphis.run_all`.
+   */
+  def subplanKeys(df: Dataset[_]): String = {
+    val keys = LineageCache.forContext(df.sparkSession.sparkContext)
+      .candidateKeys(df.sparkSession, SparkShim.analyzedPlan(df))
+    keys.map { case (key, within) =>
+      s"""{"key": "${key.hash}", "height": ${key.height}, "within": [${within.map(h => s""""$h"""").mkString(", ")}]}"""
+    }.mkString("[", ", ", "]")
+  }
+
+  /** Persists the subplan of `df` with key `hash` now (see [[LineageCache.persistAhead]]); whether memphis holds it. */
+  def persistShared(df: Dataset[_], hash: String, reason: String): Boolean = {
+    val session = df.sparkSession
+    MemphisConf.Enabled.get(SparkShim.sqlConf(session)) && LineageCache.forContext(session.sparkContext)
+      .persistAhead(session, SparkShim.analyzedPlan(df), hash, reason)
+  }
+
   private def keyOf(df: Dataset[_]): LineageKey.Result =
     LineageKey.of(SparkShim.analyzedPlan(df), SparkShim.keyContext(df.sparkSession))
 }

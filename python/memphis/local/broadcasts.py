@@ -1,0 +1,120 @@
+"""Spark broadcasts of driver-side values, reused while the value's lineage is the same."""
+import logging
+import pickle
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+
+from memphis.local import config
+from memphis.local.array import TracedArray
+from memphis.local.host import size_of
+from memphis.local.lineage import LineageItem, Untraceable, encode
+
+log = logging.getLogger("memphis.local")
+COUNTERS = ("broadcast_hits", "broadcasts", "broadcasts_evicted", "bytes_held_broadcast")
+
+
+@dataclass
+class _Held:
+    broadcast: object  # pyspark.Broadcast
+    size: int
+    context: object  # the SparkContext it belongs to
+
+
+class BroadcastRegistry:
+    """Broadcasts by the lineage key of their value, least recently used first, within a byte budget.
+
+    A broadcast that leaves by the budget is unpersisted, not destroyed: one handed out earlier may
+    still be in use, and Spark re-sends it if a job reads it again (its driver copy goes when no
+    one holds it, through Spark's cleaner). :meth:`clear` destroys them.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held = OrderedDict()  # key -> _Held; guarded by _lock
+        self._counts = Counter({name: 0 for name in COUNTERS if not name.startswith("bytes_held_")})
+
+    def broadcast(self, spark, value):
+        key = _key_of(value)
+        context = spark.sparkContext
+        with self._lock:
+            held = self._held.get(key) if key else None
+            if held is not None and held.context is context and held.broadcast._jbroadcast.isValid():
+                self._held.move_to_end(key)
+                self._counts["broadcast_hits"] += 1
+                return held.broadcast
+            if held is not None:  # of a stopped context, or destroyed by its user
+                del self._held[key]
+            # Under the lock: a second thread asking for the same value waits and gets this one.
+            payload = value.numpy() if isinstance(value, TracedArray) else value  # executors get plain numpy
+            bc = context.broadcast(payload)
+            self._counts["broadcasts"] += 1
+            if key is None:
+                return bc
+            size = _size_of(payload)
+            budget = config.parse_bytes(spark.conf.get(config.BROADCAST_MAX_BYTES, config.DEFAULTS[
+                config.BROADCAST_MAX_BYTES]))
+            if size > budget:
+                log.debug("broadcast %s not kept: %d bytes exceed the budget of %d", key, size, budget)
+                return bc
+            self._held[key] = _Held(bc, size, context)
+            while sum(h.size for h in self._held.values()) > budget:
+                _, oldest = self._held.popitem(last=False)
+                self._counts["broadcasts_evicted"] += 1
+                oldest.broadcast.unpersist(blocking=False)
+            return bc
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {**self._counts, "bytes_held_broadcast": sum(h.size for h in self._held.values())}
+
+    def clear(self):
+        """Destroys every held broadcast of a running context and forgets them all."""
+        with self._lock:
+            held, self._held = list(self._held.values()), OrderedDict()
+        for h in held:
+            if h.context._jsc is not None:  # a stopped context destroyed its broadcasts already
+                h.broadcast.destroy()
+
+
+def _key_of(value):
+    """The lineage key of ``value`` (traced arrays by their item, raw data by content), or None."""
+    inputs = []
+    try:
+        form = encode(value, inputs)
+    except Untraceable as reason:
+        log.debug("broadcast without reuse: %s", reason)
+        return None
+    item = LineageItem("broadcast", inputs=inputs, literals=(form,))
+    return item.key if item.deterministic else None
+
+
+def _size_of(value) -> int:
+    size = size_of(value)
+    return size if size is not None else len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+registry = BroadcastRegistry()
+
+
+def broadcast(spark, value):
+    """A Spark broadcast of the driver-side ``value``, the same one while ``value``'s lineage is.
+
+    The key is the value's local lineage: a traced array's (:func:`memphis.array`) item, a numpy
+    array's content hash, a pandas or Arrow object's content hash, and for containers (lists,
+    tuples, dicts) and plain values their exact literal form with data inside keyed the same way.
+    In an iterative loop the loop-invariant value is therefore broadcast once, and a changed value
+    (new content, new lineage) is broadcast anew. A value without a key (an arbitrary object) is
+    broadcast each time. Held broadcasts stay within ``spark.memphis.broadcast.maxBytes`` (default
+    1g), least recently used out first; ``local_broadcast_hits``, ``local_broadcasts`` and
+    ``bytes_held_broadcast`` in :func:`memphis.stats` count them. :func:`memphis.clear` destroys
+    them: do not destroy one yourself while memphis holds it, nor use one after a clear.
+
+    Examples
+    --------
+    >>> centroids = np.zeros((8, 16))  # doctest: +SKIP
+    >>> bc = memphis.broadcast(spark, centroids)  # doctest: +SKIP
+    >>> memphis.broadcast(spark, centroids.copy()) is bc  # same content: the same broadcast  # doctest: +SKIP
+    True
+    """
+    return registry.broadcast(spark, value)
