@@ -37,6 +37,17 @@ def spark():
 
 
 @pytest.fixture
+def fresh(spark):
+    """The shared session with memphis' caches and Spark's cache empty before and after."""
+    memphis.clear(spark)
+    spark.catalog.clearCache()
+    yield spark
+    memphis.clear(spark)
+    spark.catalog.clearCache()
+    spark.conf.unset("spark.memphis.reuse.minOccurrences")
+
+
+@pytest.fixture
 def no_spark():
     """For tests that start their own SparkContext: none runs before or after."""
     stop_spark()

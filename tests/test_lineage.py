@@ -1,10 +1,7 @@
 """Lineage keys seen from Python: equal keys for equal results, none for what cannot repeat."""
-import json
 import os
-import sys
 
 import pandas as pd
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F

@@ -11,17 +11,6 @@ import memphis
 from conftest import job_count
 
 
-@pytest.fixture
-def fresh(spark):
-    """The shared session with memphis' cache and Spark's cache empty before and after."""
-    memphis.clear(spark)
-    spark.catalog.clearCache()
-    yield spark
-    memphis.clear(spark)
-    spark.catalog.clearCache()
-    spark.conf.unset("spark.memphis.reuse.minOccurrences")
-
-
 def eventually(check, seconds=30):
     """Spark's listener bus tells memphis about stored blocks and ended queries a moment later."""
     deadline = time.time() + seconds

@@ -7,16 +7,6 @@ from conftest import job_count
 ROWS = 2_000
 
 
-@pytest.fixture
-def fresh(spark):
-    """The shared session with memphis' cache and Spark's cache empty before and after."""
-    memphis.clear(spark)
-    spark.catalog.clearCache()
-    yield spark
-    memphis.clear(spark)
-    spark.catalog.clearCache()
-
-
 def counted_aggregate(spark):
     """An aggregate whose input rows each add 1 to the returned accumulator when computed."""
     computed = spark.sparkContext.accumulator(0)

@@ -105,22 +105,22 @@ def cached_by_hand(spark, shared):
         spark.conf.unset(coalesce)
 
 
-def run(spark, directory):
-    register(spark, directory)
-    return answers(spark, QUERIES)
+def tpch_workload(directory, *, name, description, queries, shared):
+    """A session of `queries` over the TPC-H-like tables; the expert caches `shared` by hand."""
+    def run(spark, directory):
+        register(spark, directory)
+        return answers(spark, queries)
 
+    def expert(spark, directory):
+        register(spark, directory)
+        with cached_by_hand(spark, shared):
+            return answers(spark, queries)
 
-def expert(spark, directory):
-    register(spark, directory)
-    with cached_by_hand(spark, SHARED):
-        return answers(spark, QUERIES)
+    return Workload(name=name, description=description, run=run, expert=expert,
+                    prepare=lambda spark, scale: write_tables(spark, directory, scale))
 
 
 def workload(directory):
-    return Workload(
-        name="tpch_exploration",
-        description=f"{len(QUERIES)} related SQL queries over TPC-H-like customer/orders/lineitem (Parquet)",
-        prepare=lambda spark, scale: write_tables(spark, directory, scale),
-        run=run,
-        expert=expert,
-    )
+    return tpch_workload(
+        directory, name="tpch_exploration", queries=QUERIES, shared=SHARED,
+        description=f"{len(QUERIES)} related SQL queries over TPC-H-like customer/orders/lineitem (Parquet)")

@@ -4,8 +4,7 @@ joins and aggregates of TPC-H-like data, each asked under different final filter
 Where tpch_exploration mixes in queries that share nothing, this one is what an analyst does after
 writing a join: look at it from many sides. The expert caches the three shared DataFrames by hand.
 """
-from memphis.bench import Workload
-from workloads.tpch_exploration import answers, cached_by_hand, register, write_tables
+from workloads.tpch_exploration import tpch_workload
 
 # Revenue per customer (customer ⋈ orders ⋈ lineitem): the widest shared aggregate.
 PER_CUSTOMER = """SELECT c.custkey, c.segment, c.nation, count(DISTINCT o.orderkey) AS orders,
@@ -51,22 +50,7 @@ QUERIES = [
 SHARED = [PER_CUSTOMER, PER_ORDER, PER_PART]
 
 
-def run(spark, directory):
-    register(spark, directory)
-    return answers(spark, QUERIES)
-
-
-def expert(spark, directory):
-    register(spark, directory)
-    with cached_by_hand(spark, SHARED):
-        return answers(spark, QUERIES)
-
-
 def workload(directory):
-    return Workload(
-        name="tpch_session",
-        description=f"{len(QUERIES)} queries over 3 shared joins and aggregates of TPC-H-like data (Parquet)",
-        prepare=lambda spark, scale: write_tables(spark, directory, scale),
-        run=run,
-        expert=expert,
-    )
+    return tpch_workload(
+        directory, name="tpch_session", queries=QUERIES, shared=SHARED,
+        description=f"{len(QUERIES)} queries over 3 shared joins and aggregates of TPC-H-like data (Parquet)")
