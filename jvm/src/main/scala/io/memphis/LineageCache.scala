@@ -102,7 +102,10 @@ final class LineageCache private (val sparkContext: SparkContext) {
     // Innermost first (`chosen` is reversed): an outer subplan's cached plan then reads the inner
     // one's cached relation, so the job that fills the outer one fills both.
     synchronized(chosen.foreach { case (subplan, e) =>
-      persist(session, e, subplan, s"occurrence ${e.occurrences}: persisted, filled by the job that needs it")
+      // A concurrent query may have persisted it since it was found due.
+      if (!EntryState.Holding.contains(e.state)) {
+        persist(session, e, subplan, s"occurrence ${e.occurrences}: persisted, filled by the job that needs it")
+      }
     })
   }
 
