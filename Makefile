@@ -26,6 +26,8 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/lineage_keys.py
 	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/local_ridge.py
+	$(PY) benchmarks/gpu_tier.py --device simulated
+	$(PY) benchmarks/run_all.py
 
 bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --out benchmarks/results/quick
