@@ -74,8 +74,8 @@ def run(mode, iterations, points, bar):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=50)
-    parser.add_argument("--points", type=int, default=2000)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--points", type=int, default=1000)
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args()
     modes = ["plain", "hand", "memphis"]

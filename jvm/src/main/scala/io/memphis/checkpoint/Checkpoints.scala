@@ -26,10 +26,11 @@ final class Checkpoint(val key: LineageKey, val relation: LogicalPlan, val rdd: 
  * subplan whose key is registered is replaced by its checkpoint directly.
  *
  * Release: once a checkpoint is materialized (its RDD's lineage is cut), the checkpoints it was
- * built on are superseded; they are unpersisted and forgotten. So a loop holds at most the
- * last two or three iterations' results. A DataFrame planned against a released checkpoint (an
- * old iteration's, re-run by the user) would fail to read it: loops move forward, and that is the
- * price of bounded memory.
+ * built on are superseded and forgotten, so memphis holds at most the last two or three
+ * iterations' results. It does not unpersist them: a DataFrame planned against one (an old
+ * iteration's, run again by the user) still reads it, and a local checkpoint cannot be recomputed.
+ * Spark's ContextCleaner removes its blocks once no plan references its RDD any more, as for a
+ * user's own `localCheckpoint()`; until then Spark's storage limits (memory, then disk) bound them.
  */
 final class Checkpoints(cache: LineageCache) {
   // Invariant: `registry` (key hash -> its checkpoint) and `seen` change only under this object's lock.
@@ -94,16 +95,16 @@ final class Checkpoints(cache: LineageCache) {
     }
   }
 
-  /** Unpersists the checkpoints under a materialized one: no plan memphis makes reads them again. */
+  /** Forgets the checkpoints under a materialized one: no plan memphis makes reads them again. */
   private def releaseSuperseded(): Unit = {
     val superseded = registry.values.filter(c => SparkShim.isCheckpointed(c.rdd)).flatMap(_.builtOn)
       .filter(c => registry.get(c.key.hash).exists(_ eq c)).toSeq.distinct
     superseded.foreach(c => release(c, s"superseded: a checkpoint built on it is materialized"))
   }
 
+  /** Forgets `c`; its blocks go when no plan references its RDD (see the class comment). */
   private def release(c: Checkpoint, why: String): Unit = {
     registry.remove(c.key.hash)
-    SparkShim.releaseCheckpoint(c.rdd)
     cache.decide(Counter.CheckpointsReleased, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
   }
 

@@ -113,7 +113,4 @@ object SparkShim {
 
   /** Whether a local checkpoint's RDD has been materialized (its lineage is cut now). */
   def isCheckpointed(rdd: RDD[_]): Boolean = rdd.isCheckpointed
-
-  /** Drops a local checkpoint's blocks; a plan still reading them would fail. */
-  def releaseCheckpoint(rdd: RDD[_]): Unit = rdd.unpersist(blocking = false)
 }
