@@ -27,5 +27,7 @@ object CacheStats {
     val Invalidated = Value("invalidated")
     val Refused = Value("refused")
     val ComputeSavedMs = Value("compute_saved_ms")
+    val Checkpointed = Value("checkpointed")
+    val CheckpointsReleased = Value("checkpoints_released")
   }
 }

@@ -35,6 +35,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** The session of the latest decision: its confs (budget, policy) and CacheManager serve evictions. */
   private var session: Option[SparkSession] = None
 
+  /** Loop-carried subplans cut by local checkpoints (see [[io.memphis.checkpoint.CheckpointRule]]). */
+  val checkpoints = new io.memphis.checkpoint.Checkpoints(this)
+
   sparkContext.addSparkListener(new StorageListener(this))
 
   /**
@@ -271,6 +274,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /** Lets go of everything memphis holds (`memphis.clear`, or memphis turned off). */
   def releaseAll(session: SparkSession, why: String): Unit = synchronized {
+    checkpoints.releaseAll(why)
     entries.values.filter(e => EntryState.Holding.contains(e.state)).toSeq
       .foreach(release(session, _, EntryState.Evicted, Counter.Evicted, why))
   }
@@ -370,7 +374,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   def entryRows[T](row: CacheEntry => T): Seq[T] = synchronized(entries.values.map(row).toList)
 
   /** The one path for every decision: count it and log it at debug level with its reason. */
-  private def decide(counter: Counter.Value, message: => String): Unit = {
+  private[memphis] def decide(counter: Counter.Value, message: => String): Unit = {
     stats.add(counter)
     if (log.isDebugEnabled) log.debug(s"memphis: $message")
   }

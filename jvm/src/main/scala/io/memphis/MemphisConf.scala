@@ -53,6 +53,12 @@ object MemphisConf {
     "Which cached subplan goes first when memphis holds more than its budget (see docs/architecture.md).")(
     v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(reuse.EvictionPolicy.Names.contains))
 
+  val CheckpointMinHeight: Entry[Int] = Entry(
+    Prefix + "checkpoint.minHeight", "40", "a whole number from 2 to 100000",
+    "Height of an analyzed plan past which memphis cuts a loop-carried subplan (one an earlier query " +
+      "also held this deep) by a lazy local checkpoint.")(
+    v => v.trim.toIntOption.filter(n => n >= 2 && n <= 100000))
+
   // The driver-side tiers (Python) read the keys below; they are declared here so that the session
   // validates them with the rest.
   val HostMaxBytes: Entry[Long] = Entry(
@@ -81,7 +87,7 @@ object MemphisConf {
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
   val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, EvictionPolicyName,
-    LineageMaxListedFiles, HostMaxBytes, BroadcastMaxBytes, DiskDir, DiskMaxBytes,
+    LineageMaxListedFiles, CheckpointMinHeight, HostMaxBytes, BroadcastMaxBytes, DiskDir, DiskMaxBytes,
     GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 

@@ -1,5 +1,6 @@
 package io.memphis
 
+import io.memphis.checkpoint.CheckpointRule
 import io.memphis.reuse.ReuseRule
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.memphis.SparkShim
@@ -18,6 +19,8 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     SparkShim.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll))
     extensions.injectTableFunction(MemphisTableFunctions.stats)
     extensions.injectTableFunction(MemphisTableFunctions.entries)
+    // Normalization rules run in this order: the checkpoint cut first, so reuse decides on the cut plan.
+    extensions.injectPlanNormalizationRule(session => new CheckpointRule(session))
     extensions.injectPlanNormalizationRule(session => new ReuseRule(session))
   }
 }

@@ -39,6 +39,9 @@ final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
 object ReuseRule {
   private val suspendedHere: ThreadLocal[Boolean] = ThreadLocal.withInitial(() => false)
 
+  /** Whether memphis's own Spark calls run on this thread (the rules then leave plans alone). */
+  def isSuspended: Boolean = suspendedHere.get()
+
   /**
    * Runs `f` with the rule off on this thread. Spark's CacheManager normalizes every plan it is
    * asked to cache or uncache, which runs this rule again: memphis's own calls must not count as

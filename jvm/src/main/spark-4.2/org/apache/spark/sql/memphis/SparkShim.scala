@@ -6,8 +6,10 @@ import io.memphis.lineage.KeyContext
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
-import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
-import org.apache.spark.sql.execution.CacheManager
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.catalyst.expressions.Alias
+import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Project}
+import org.apache.spark.sql.execution.{CacheManager, LogicalRDD}
 import org.apache.spark.sql.internal.SQLConf
 
 /**
@@ -82,4 +84,33 @@ object SparkShim {
 
   def localRelation(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
     LocalRelation(output, rows)
+
+  /**
+   * `plan` as a lazily materialized local checkpoint (what `Dataset.localCheckpoint(eager = false)`
+   * builds): a `LogicalRDD` over an RDD marked for local checkpointing, and that RDD. Nothing runs
+   * for the last stage until a job reads the RDD; under adaptive execution the stages below it run now.
+   */
+  def localCheckpoint(session: SparkSession, plan: LogicalPlan): (LogicalPlan, RDD[_]) =
+    org.apache.spark.sql.classic.Dataset.ofRows(classic(session), plan).localCheckpoint(eager = false)
+      .logicalPlan match {
+      case r: LogicalRDD => (r, r.rdd)
+      case other => throw new IllegalStateException(s"localCheckpoint made ${other.nodeName}, not a LogicalRDD")
+    }
+
+  /**
+   * A fresh instance of a checkpoint's relation whose output carries the expression ids of `output`
+   * (the subplan it stands for), so that the operators above it stay resolved.
+   */
+  def rebind(relation: LogicalPlan, output: Seq[Attribute]): LogicalPlan = {
+    val fresh = relation match {
+      case r: LogicalRDD => r.newInstance()
+      case other => other
+    }
+    Project(output.zip(fresh.output).map { case (want, have) =>
+      Alias(have, want.name)(exprId = want.exprId, qualifier = want.qualifier)
+    }, fresh)
+  }
+
+  /** Whether a local checkpoint's RDD has been materialized (its lineage is cut now). */
+  def isCheckpointed(rdd: RDD[_]): Boolean = rdd.isCheckpointed
 }

@@ -1,0 +1,107 @@
+"""Iterative k-means-like loop (issue 7, benchmark 1): plain Spark, hand-placed localCheckpoint, memphis.
+
+    PYTHONPATH=python .venv/bin/python benchmarks/kmeans_loop.py [--iterations N] [--points N] [--out DIR]
+
+Each variant runs in its own fresh local[2] session (1 GB driver): --points generated points
+(default 2 000) and 4 centroids; each iteration joins the points with the current centroids,
+assigns each point to its nearest and averages the new centroids, then collects them (the
+convergence check). plain: memphis off; hand: memphis off, `localCheckpoint()` every 10
+iterations; memphis: memphis on, no change to the loop. Reports wall time, the height of the last
+query's optimized plan and the memphis counters; writes kmeans_loop.json and kmeans_loop.md.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+from tqdm import tqdm
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+APP = """
+import json, sys, time
+import memphis
+from pyspark.sql import functions as F
+
+mode, iterations, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+spark = memphis.session("local[2]", app_name="kmeans-loop", **{"spark.ui.enabled": "false",
+    "spark.driver.host": "127.0.0.1", "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g",
+    "spark.memphis.enabled": str(mode == "memphis").lower()})
+spark.sparkContext.setLogLevel("ERROR")
+
+def height(plan):
+    children = plan.children()
+    return 1 + max((height(children.apply(i)) for i in range(children.size())), default=0)
+
+points = spark.range(n).select(F.col("id").alias("pid"),
+    (F.when(F.col("id") % 2 == 0, 0.0).otherwise(10.0) + F.sin(F.col("id") * 12.9898)).alias("x"),
+    (F.when(F.col("id") % 4 < 2, 0.0).otherwise(10.0) + F.cos(F.col("id") * 78.233)).alias("y"))
+centroids = spark.range(4).select(F.col("id").cast("int").alias("cid"), (F.col("id") * 3).cast("double").alias("cx"),
+    (F.col("id") * 2).cast("double").alias("cy"))
+start = time.time()
+for i in range(iterations):
+    distances = points.crossJoin(centroids).withColumn(
+        "d", (F.col("x") - F.col("cx")) ** 2 + (F.col("y") - F.col("cy")) ** 2)
+    nearest = distances.groupBy("pid", "x", "y").agg(F.min(F.struct("d", "cid"))["cid"].alias("cid"))
+    centroids = nearest.groupBy("cid").agg(F.avg("x").alias("cx"), F.avg("y").alias("cy"))
+    if mode == "hand" and (i + 1) % 10 == 0:
+        centroids = centroids.localCheckpoint()
+    rows = centroids.orderBy("cid").collect()
+    print("ITER", i, flush=True)
+seconds = time.time() - start
+stats = memphis.stats(spark)
+print(json.dumps({"seconds": round(seconds, 2), "optimized_height": height(centroids._jdf.queryExecution().optimizedPlan()),
+    "centroids": [list(r) for r in rows], "checkpointed": stats["checkpointed"],
+    "checkpoints_released": stats["checkpoints_released"]}))
+"""
+
+
+def run(mode, iterations, points, bar):
+    proc = subprocess.Popen([sys.executable, "-c", APP, mode, str(iterations), str(points)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    last = None
+    for line in proc.stdout:
+        if line.startswith("ITER"):
+            bar.update(1)
+        elif line.strip():
+            last = line
+    assert proc.wait() == 0, f"{mode} failed"
+    return json.loads(last)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--points", type=int, default=1000)
+    parser.add_argument("--out", default=RESULTS)
+    args = parser.parse_args()
+    modes = ["plain", "hand", "memphis"]
+    results = {}
+    with tqdm(total=args.iterations * len(modes), desc="kmeans_loop") as bar:
+        for mode in modes:
+            bar.set_postfix(mode=mode)
+            results[mode] = run(mode, args.iterations, args.points, bar)
+    report = {"iterations": args.iterations, "points": args.points, "centroids": 4, "machine": platform.platform(),
+              "cpus": os.cpu_count(), "results": results,
+              "memphis_vs_hand": round(results["memphis"]["seconds"] / results["hand"]["seconds"], 2),
+              "plain_vs_memphis": round(results["plain"]["seconds"] / results["memphis"]["seconds"], 2)}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "kmeans_loop.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    lines = [f"# k-means loop: {args.iterations} iterations, {args.points} points, 4 centroids (local[2], 1 GB driver)",
+             "", "| variant | seconds | last optimized plan height | checkpointed | released |", "|---|---|---|---|---|"]
+    for mode in modes:
+        r = results[mode]
+        lines.append(f"| {mode} | {r['seconds']} | {r['optimized_height']} | {r['checkpointed']} | "
+                     f"{r['checkpoints_released']} |")
+    lines += ["", f"memphis / hand-tuned: {report['memphis_vs_hand']}x; plain / memphis: {report['plain_vs_memphis']}x", ""]
+    with open(os.path.join(args.out, "kmeans_loop.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

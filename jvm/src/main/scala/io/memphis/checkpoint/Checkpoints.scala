@@ -1,0 +1,124 @@
+package io.memphis.checkpoint
+
+import java.util.IdentityHashMap
+
+import scala.collection.mutable
+
+import io.memphis.{LineageCache, MemphisConf}
+import io.memphis.CacheStats.Counter
+import io.memphis.lineage.LineageKey
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.logical.{Command, LogicalPlan}
+import org.apache.spark.sql.memphis.SparkShim
+
+/** One cut: the checkpoint standing for the subplan of `key`, and the checkpoints it was built on. */
+final class Checkpoint(val key: LineageKey, val relation: LogicalPlan, val rdd: RDD[_], val builtOn: Seq[Checkpoint],
+    val number: Long)
+
+/**
+ * The registry of loop-carried subplans memphis cut, one per [[LineageCache]] (per SparkContext).
+ *
+ * A query deeper than `checkpoint.minHeight` leaves the keys of its deep subplans (deeper than the
+ * threshold) in `seen`. A later deep query that holds one of them below its root (the template
+ * grew around an earlier result) gets it replaced by a local checkpoint, built after the
+ * checkpoints already registered inside it were substituted, so its own lineage is short. A
+ * subplan whose key is registered is replaced by its checkpoint directly.
+ *
+ * Release: once a checkpoint is materialized (its RDD's lineage is cut), the checkpoints it was
+ * built on are superseded and forgotten, so memphis holds at most the last two or three
+ * iterations' results. It does not unpersist them: a DataFrame planned against one (an old
+ * iteration's, run again by the user) still reads it, and a local checkpoint cannot be recomputed.
+ * Spark's ContextCleaner removes its blocks once no plan references its RDD any more, as for a
+ * user's own `localCheckpoint()`; until then Spark's storage limits (memory, then disk) bound them.
+ */
+final class Checkpoints(cache: LineageCache) {
+  // Invariant: `registry` (key hash -> its checkpoint) and `seen` change only under this object's lock.
+  private val registry = mutable.LinkedHashMap.empty[String, Checkpoint]
+  private val seen = mutable.LinkedHashSet.empty[String]
+  private var made = 0L
+
+  /** The plan to run for `plan`: itself when shallow or when nothing in it is loop-carried. */
+  def cut(session: SparkSession, plan: LogicalPlan): LogicalPlan = {
+    val minHeight = MemphisConf.CheckpointMinHeight.get(SparkShim.sqlConf(session))
+    val heights = new IdentityHashMap[LogicalPlan, Integer]()
+    def height(p: LogicalPlan): Int = {
+      val known = heights.get(p)
+      if (known != null) known
+      else {
+        val h = p.children.map(height).foldLeft(0)(math.max) + 1
+        heights.put(p, h)
+        h
+      }
+    }
+    if (height(plan) <= minHeight || plan.isInstanceOf[Command]) return plan
+    val keys = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
+    LineageKey.ofSubplans(plan, SparkShim.keyContext(session)).foreach { case (p, r) => keys.put(p, r) }
+    synchronized {
+      releaseSuperseded()
+      val used = mutable.ArrayBuffer.empty[Checkpoint]
+
+      // Only the topmost loop-carried subplan is checkpointed; below it, registered checkpoints are substituted.
+      def rewrite(p: LogicalPlan, isRoot: Boolean, mayCut: Boolean = true): LogicalPlan =
+        if (height(p) <= minHeight || p.isInstanceOf[Command]) p
+        else Option(keys.get(p)).flatMap(_.toOption) match {
+          case Some(k) if registry.get(k.hash).exists(_.key.sameLineage(k)) =>
+            val c = registry(k.hash)
+            used += c
+            SparkShim.rebind(c.relation, p.output)
+          case Some(k) if mayCut && !isRoot && seen.contains(k.hash) && !registry.contains(k.hash) =>
+            val before = used.size
+            val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut = false))
+            val builtOn = used.drop(before).toSeq
+            used.remove(before, used.size - before)
+            val (relation, rdd) = SparkShim.localCheckpoint(session, inner)
+            made += 1
+            val c = new Checkpoint(k, relation, rdd, builtOn.distinct, made)
+            registry(k.hash) = c
+            used += c
+            cache.decide(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} (height ${height(p)} > $minHeight, " +
+              s"held by an earlier query; built on ${builtOn.map(_.number).distinct.mkString("[", ",", "]")})")
+            SparkShim.rebind(relation, p.output)
+          case _ => p.mapChildren(rewrite(_, isRoot = false, mayCut))
+        }
+
+      val result = rewrite(plan, isRoot = true)
+      // Remember this query's deep subplans: the next iteration's plan holds them.
+      keys.forEach { (p, r) =>
+        r.foreach(k => if (height(p) > minHeight) {
+          seen.remove(k.hash)
+          seen += k.hash
+        })
+      }
+      while (seen.size > Checkpoints.MaxSeen) seen.remove(seen.head)
+      result
+    }
+  }
+
+  /** Forgets the checkpoints under a materialized one: no plan memphis makes reads them again. */
+  private def releaseSuperseded(): Unit = {
+    val superseded = registry.values.filter(c => SparkShim.isCheckpointed(c.rdd)).flatMap(_.builtOn)
+      .filter(c => registry.get(c.key.hash).exists(_ eq c)).toSeq.distinct
+    superseded.foreach(c => release(c, s"superseded: a checkpoint built on it is materialized"))
+  }
+
+  /** Forgets `c`; its blocks go when no plan references its RDD (see the class comment). */
+  private def release(c: Checkpoint, why: String): Unit = {
+    registry.remove(c.key.hash)
+    cache.decide(Counter.CheckpointsReleased, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
+  }
+
+  /** Lets go of every checkpoint and forgets what was seen (`memphis.clear`, or memphis turned off). */
+  def releaseAll(why: String): Unit = synchronized {
+    registry.values.toSeq.foreach(release(_, why))
+    seen.clear()
+  }
+
+  /** How many checkpoints are held now. */
+  def held: Int = synchronized(registry.size)
+}
+
+object Checkpoints {
+  /** How many deep subplan keys are remembered; a loop needs only the last iteration's. */
+  val MaxSeen = 4096
+}
