@@ -28,6 +28,7 @@ bench: $(VENV)/.installed
 	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/local_ridge.py
 	$(PY) benchmarks/gpu_tier.py --device simulated
 	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/kmeans_loop.py
 
 bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --out benchmarks/results/quick
