@@ -15,7 +15,6 @@ import os
 import platform
 import subprocess
 import sys
-import time
 
 from tqdm import tqdm
 
@@ -24,29 +23,19 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 APP = """
 import json, sys, time
 import memphis
-from pyspark.sql import functions as F
 
 mode, iterations, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sys.path.insert(0, sys.argv[4])
+from workloads.kmeans import height, points_and_centroids, step
+
 spark = memphis.session("local[2]", app_name="kmeans-loop", **{"spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1", "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g",
     "spark.memphis.enabled": str(mode == "memphis").lower()})
 spark.sparkContext.setLogLevel("ERROR")
-
-def height(plan):
-    children = plan.children()
-    return 1 + max((height(children.apply(i)) for i in range(children.size())), default=0)
-
-points = spark.range(n).select(F.col("id").alias("pid"),
-    (F.when(F.col("id") % 2 == 0, 0.0).otherwise(10.0) + F.sin(F.col("id") * 12.9898)).alias("x"),
-    (F.when(F.col("id") % 4 < 2, 0.0).otherwise(10.0) + F.cos(F.col("id") * 78.233)).alias("y"))
-centroids = spark.range(4).select(F.col("id").cast("int").alias("cid"), (F.col("id") * 3).cast("double").alias("cx"),
-    (F.col("id") * 2).cast("double").alias("cy"))
+points, centroids = points_and_centroids(spark, n)
 start = time.time()
 for i in range(iterations):
-    distances = points.crossJoin(centroids).withColumn(
-        "d", (F.col("x") - F.col("cx")) ** 2 + (F.col("y") - F.col("cy")) ** 2)
-    nearest = distances.groupBy("pid", "x", "y").agg(F.min(F.struct("d", "cid"))["cid"].alias("cid"))
-    centroids = nearest.groupBy("cid").agg(F.avg("x").alias("cx"), F.avg("y").alias("cy"))
+    centroids = step(points, centroids)
     if mode == "hand" and (i + 1) % 10 == 0:
         centroids = centroids.localCheckpoint()
     rows = centroids.orderBy("cid").collect()
@@ -60,7 +49,8 @@ print(json.dumps({"seconds": round(seconds, 2), "optimized_height": height(centr
 
 
 def run(mode, iterations, points, bar):
-    proc = subprocess.Popen([sys.executable, "-c", APP, mode, str(iterations), str(points)],
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.Popen([sys.executable, "-c", APP, mode, str(iterations), str(points), here],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     last = None
     for line in proc.stdout:

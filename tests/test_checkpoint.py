@@ -3,35 +3,25 @@
 Each run is a fresh interpreter with a 1 GB driver (a JVM's heap is fixed when it starts).
 """
 import json
+import os
 
 from conftest import TEST_CONFS, run_python
 
 KMEANS_APP = """
 import json, sys
 import memphis
-from pyspark.sql import functions as F
 
 mode, iterations = sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, sys.argv[4])
+from workloads.kmeans import height, points_and_centroids, step
+
 spark = memphis.session("local[2]", app_name="memphis-kmeans", **{**json.loads(sys.argv[1]),
                         "spark.driver.memory": "1g", "spark.memphis.enabled": str(mode == "memphis").lower()})
 spark.sparkContext.setLogLevel("ERROR")
-
-def height(plan):
-    children = plan.children()
-    return 1 + max((height(children.apply(i)) for i in range(children.size())), default=0)
-
-# 2 000 points around 4 corners; centroids start off the corners.
-points = spark.range(2000).select(F.col("id").alias("pid"),
-    (F.when(F.col("id") % 2 == 0, 0.0).otherwise(10.0) + F.sin(F.col("id") * 12.9898)).alias("x"),
-    (F.when(F.col("id") % 4 < 2, 0.0).otherwise(10.0) + F.cos(F.col("id") * 78.233)).alias("y"))
-centroids = spark.range(4).select(F.col("id").cast("int").alias("cid"), (F.col("id") * 3).cast("double").alias("cx"),
-    (F.col("id") * 2).cast("double").alias("cy"))
+points, centroids = points_and_centroids(spark, 2000)
 history = []
 for i in range(iterations):
-    distances = points.crossJoin(centroids).withColumn(
-        "d", (F.col("x") - F.col("cx")) ** 2 + (F.col("y") - F.col("cy")) ** 2)
-    nearest = distances.groupBy("pid", "x", "y").agg(F.min(F.struct("d", "cid"))["cid"].alias("cid"))
-    centroids = nearest.groupBy("cid").agg(F.avg("x").alias("cx"), F.avg("y").alias("cy"))
+    centroids = step(points, centroids)
     if mode == "hand" and (i + 1) % 10 == 0:
         centroids = centroids.localCheckpoint()
     if mode == "memphis":  # the loop's convergence check: one query per iteration
@@ -47,10 +37,11 @@ print(json.dumps({"analyzed": height(qe.analyzed()), "optimized": height(qe.opti
 """
 
 ITERATIONS = 50
+BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
 
 
 def run(mode):
-    return run_python(KMEANS_APP, json.dumps(TEST_CONFS), mode, str(ITERATIONS))
+    return run_python(KMEANS_APP, json.dumps(TEST_CONFS), mode, str(ITERATIONS), BENCHMARKS)
 
 
 def test_a_loop_carried_dataframe_is_cut_by_checkpoints_with_the_hand_tuned_answer():
