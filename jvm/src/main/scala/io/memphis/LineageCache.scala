@@ -126,11 +126,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
       this.session = Some(session)
       val entry = entries.get(hash) match {
         case Some(e) => Some(e).filter(_.key.sameLineage(key))
-        case None =>
-          val e = new CacheEntry(key, System.currentTimeMillis())
-          entries(hash) = e
-          forgetOldestSeen()
-          Some(e)
+        case None => Some(remember(key, System.currentTimeMillis()))
       }
       entry.exists { e =>
         if (!EntryState.Holding.contains(e.state) && !e.tooLarge) persist(session, e, subplan, reason)
@@ -161,10 +157,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
         decide(Counter.Refused, s"no reuse of ${subplan.nodeName}: its key hash ${key.hash} collides with another plan's")
         Observed.Counted
       case None =>
-        val e = new CacheEntry(key, now)
+        val e = remember(key, now)
         e.addConsumer(consumer)
-        entries(key.hash) = e
-        forgetOldestSeen()
         decide(Counter.Misses, s"seen ${key.hash}: first occurrence")
         if (minOccurrences <= 1) Observed.Due(e) else Observed.Counted
       case Some(e) if EntryState.Holding.contains(e.state) &&
@@ -188,10 +182,16 @@ final class LineageCache private (val sparkContext: SparkContext) {
     }
   }
 
-  /** Keeps the entries that only remember (seen, evicted, invalid) to a bounded number, oldest out. */
-  private def forgetOldestSeen(): Unit = {
+  /**
+   * A new seen entry for `key`. The entries that only remember (seen, evicted, invalid) are kept to
+   * a bounded number, oldest out.
+   */
+  private def remember(key: LineageKey, now: Long): CacheEntry = {
+    val e = new CacheEntry(key, now)
+    entries(key.hash) = e
     val remembered = entries.values.filterNot(e => EntryState.Holding.contains(e.state))
     if (remembered.size > LineageCache.MaxRemembered) entries.remove(remembered.minBy(_.lastAccess).key.hash)
+    e
   }
 
   /**
@@ -349,7 +349,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   def jobStarted(jobId: Int, executionId: Option[Long], rdds: Seq[(Int, String)]): Unit = synchronized {
     val reader = executionId.getOrElse(LineageCache.jobReader(jobId))
     rdds.foreach { case (id, name) =>
-      byRdd.get(id).orElse(entries.values.find(e => e.relationName.exists(n => name.endsWith(n))))
+      val table = SparkShim.cachedTableName(name)
+      byRdd.get(id).orElse(entries.values.find(e => table.isDefined && e.relationName == table))
         .filter(e => EntryState.Holding.contains(e.state))
         .foreach(_.readers += reader)
     }

@@ -74,11 +74,13 @@ object SparkShim {
   def cachedRelationName(session: SparkSession, plan: LogicalPlan): Option[Option[String]] =
     cacheManager(session).lookupCachedData(classic(session), plan).map(_.cachedRepresentation.cacheBuilder.tableName)
 
-  /** The table name and partition count of a cached relation's RDD ("In-memory table <name>"). */
+  /** The table name and partition count of a cached relation's RDD. */
   def persistedRdd(sc: SparkContext, rddId: Int): Option[(String, Int)] =
-    sc.getPersistentRDDs.get(rddId).flatMap { rdd =>
-      Option(rdd.name).filter(_.startsWith(CachedRddPrefix)).map(_.stripPrefix(CachedRddPrefix) -> rdd.getNumPartitions)
-    }
+    sc.getPersistentRDDs.get(rddId).flatMap(rdd => cachedTableName(rdd.name).map(_ -> rdd.getNumPartitions))
+
+  /** The table name in a cached relation's RDD name ("In-memory table <name>"), if it is one. */
+  def cachedTableName(rddName: String): Option[String] =
+    Option(rddName).filter(_.startsWith(CachedRddPrefix)).map(_.stripPrefix(CachedRddPrefix))
 
   private val CachedRddPrefix = "In-memory table "
 
