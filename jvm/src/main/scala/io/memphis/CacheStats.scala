@@ -27,6 +27,8 @@ object CacheStats {
     val Invalidated = Value("invalidated")
     val Refused = Value("refused")
     val ComputeSavedMs = Value("compute_saved_ms")
+    val ShufflesRetained = Value("shuffles_retained")
+    val ShufflesReused = Value("shuffles_reused")
     val Checkpointed = Value("checkpointed")
     val CheckpointsReleased = Value("checkpoints_released")
   }

@@ -4,11 +4,12 @@ import scala.collection.mutable
 
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, SourceFingerprint}
-import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, ReuseRule, StorageListener}
+import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, ReuseRule, ShuffleReuseRule, StorageListener}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.PythonUDF
 import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShim
@@ -30,6 +31,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   // a cached relation (to-persist or materialized) whose RDD Spark has built.
   private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
   private val byRdd = mutable.Map.empty[Int, CacheEntry]
+  /** Seen entries that keep their first occurrence's shuffles, oldest first (bounded by a conf). */
+  private val retaining = mutable.LinkedHashSet.empty[CacheEntry]
   /** How many times memphis persisted anything: numbers cached relations' names. */
   private var persists = 0L
   /** The session of the latest decision: its confs (budget, policy) and CacheManager serve evictions. */
@@ -65,18 +68,22 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * Looks at one query's analyzed plan: drops entries whose sources changed, then for each
    * candidate subplan (outermost first) counts an occurrence, persists it on its k-th, or counts a
    * hit when it is held. Subplans under a served one are not computed, so not counted; those under
-   * a just-persisted one are (they fill it).
+   * a just-persisted one are (they fill it). Returns the first occurrences whose shuffle is to be
+   * kept (see [[io.memphis.reuse.RetainShuffle]]), by identity, with their key hashes.
    */
-  def consider(session: SparkSession, plan: LogicalPlan): Unit = {
+  def consider(session: SparkSession, plan: LogicalPlan): java.util.IdentityHashMap[LogicalPlan, String] = {
+    val marks = new java.util.IdentityHashMap[LogicalPlan, String]
     // This runs for every query: one with nothing to persist and nothing held to check costs no keys.
     val holding = synchronized(entries.values.exists(e => EntryState.Holding.contains(e.state)))
-    if (!holding && !plan.exists(LineageCache.isCandidate(_, plan))) return
+    if (!holding && !plan.exists(LineageCache.isCandidate(_, plan))) return marks
     val results = LineageKey.ofSubplans(plan, SparkShim.keyContext(session))
     synchronized {
       this.session = Some(session)
       dropStale(session, plan, results)
     }
     val minOccurrences = MemphisConf.MinOccurrences.get(SQLConf.get)
+    val retainShuffles = minOccurrences > 1 && MemphisConf.RetainedShuffles.get(SQLConf.get) > 0 &&
+      SparkShim.shuffleFilesKept(SQLConf.get)
     // The query that consumes each subplan: its own key, or its plan's shape when it has none.
     val consumer = results.collectFirst { case (p, Right(k)) if p eq plan => k.hash }
       .getOrElse(plan.semanticHash().toHexString)
@@ -90,7 +97,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
             observe(session, subplan, key, minOccurrences, consumer) match {
               case Observed.Served => served += subplan
               case Observed.Due(e) => due += subplan -> e
-              case Observed.Counted =>
+              case Observed.First if retainShuffles && LineageCache.keepsShuffle(subplan) => marks.put(subplan, key.hash)
+              case _ =>
             }
           }
         }
@@ -110,6 +118,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
         persist(session, e, subplan, s"occurrence ${e.occurrences}: persisted, filled by the job that needs it")
       }
     })
+    marks
   }
 
   /**
@@ -160,7 +169,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
         val e = remember(key, now)
         e.addConsumer(consumer)
         decide(Counter.Misses, s"seen ${key.hash}: first occurrence")
-        if (minOccurrences <= 1) Observed.Due(e) else Observed.Counted
+        if (minOccurrences <= 1) Observed.Due(e) else Observed.First
       case Some(e) if EntryState.Holding.contains(e.state) &&
           SparkShim.cachedRelationName(session, subplan).contains(e.relationName) =>
         e.occurrences += 1
@@ -190,8 +199,35 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val e = new CacheEntry(key, now)
     entries(key.hash) = e
     val remembered = entries.values.filterNot(e => EntryState.Holding.contains(e.state))
-    if (remembered.size > LineageCache.MaxRemembered) entries.remove(remembered.minBy(_.lastAccess).key.hash)
+    if (remembered.size > LineageCache.MaxRemembered) {
+      val oldest = remembered.minBy(_.lastAccess)
+      dropShuffles(oldest)
+      entries.remove(oldest.key.hash)
+    }
     e
+  }
+
+  /**
+   * The shuffles the first occurrence of the seen entry `hash` wrote ([[io.memphis.reuse.RetainShuffleExec]]):
+   * kept for its second occurrence, for at most `spark.memphis.reuse.retainedShuffles` entries,
+   * oldest let go first (Spark then cleans their files as it would have).
+   */
+  def retainShuffles(hash: String, shuffles: Seq[SparkPlan]): Unit = synchronized {
+    // A plan run again (a DataFrame collected twice) offers the same shuffles again: nothing new.
+    val fresh = (e: CacheEntry) => e.firstShuffles.length != shuffles.length || e.firstShuffles.zip(shuffles).exists(p => p._1 ne p._2)
+    entries.get(hash).filter(e => e.state == EntryState.Seen && shuffles.nonEmpty && fresh(e)).foreach { e =>
+      dropShuffles(e)
+      e.firstShuffles = shuffles
+      retaining += e
+      val bound = MemphisConf.RetainedShuffles.get(SQLConf.get)
+      while (retaining.size > bound) dropShuffles(retaining.head)
+      decide(Counter.ShufflesRetained, s"retain ${shuffles.size} shuffle(s) of the first occurrence of $hash")
+    }
+  }
+
+  private def dropShuffles(e: CacheEntry): Unit = {
+    e.firstShuffles = Nil
+    retaining -= e
   }
 
   /**
@@ -210,9 +246,13 @@ final class LineageCache private (val sparkContext: SparkContext) {
       persists += 1
       e.relationName = Some(s"memphis ${e.key.hash} #$persists")
       conf.setConfString(adaptive, "true")
-      try ReuseRule.suspended(SparkShim.cacheManager(session).cacheQuery(SparkShim.classic(session), subplan,
-        e.relationName, StorageLevel.MEMORY_AND_DISK))
-      finally conf.setConfString(adaptive, before)
+      val reused = (n: Int) => decide(Counter.ShufflesReused, s"persist ${e.key.hash} from $n shuffle(s) of its first occurrence")
+      try ReuseRule.suspended(ShuffleReuseRule.offering(e.firstShuffles, reused)(SparkShim.cacheManager(session)
+        .cacheQuery(SparkShim.classic(session), subplan, e.relationName, StorageLevel.MEMORY_AND_DISK)))
+      finally {
+        conf.setConfString(adaptive, before)
+        dropShuffles(e)
+      }
       e.plan = Some(subplan)
       e.persistedAt = System.currentTimeMillis()
       currentExecution.foreach(e.readers += _)
@@ -265,6 +305,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   }
 
   private def forget(e: CacheEntry): Unit = {
+    dropShuffles(e)
     e.rddId.foreach(byRdd.remove)
     e.rddId = None
     e.relationName = None
@@ -282,6 +323,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** Forgets every entry too, after releasing what they hold. */
   def clear(session: SparkSession): Unit = synchronized {
     releaseAll(session, "cleared")
+    entries.values.foreach(dropShuffles)
     entries.clear()
   }
 
@@ -401,6 +443,8 @@ object LineageCache {
   private object Observed {
     case object Served extends Observed
     final case class Due(entry: CacheEntry) extends Observed
+    /** A first occurrence that is not persisted yet. */
+    case object First extends Observed
     case object Counted extends Observed
   }
 
@@ -428,6 +472,16 @@ object LineageCache {
     case p if PythonOperators.contains(p.nodeName) => true
     case p if p.expressions.exists(_.exists(_.isInstanceOf[PythonUDF])) => true
     case p => (p eq root) && !p.isInstanceOf[LeafNode] && p.exists(c => (c ne p) && isCandidate(c, root))
+  }
+
+  /**
+   * Candidates whose first occurrence keeps its shuffle: aggregates, whose shuffle holds their
+   * partial results (small, and all the second occurrence must still combine). Joins are left to
+   * plain planning: filters pushed through them matter more than what a shuffle would save.
+   */
+  def keepsShuffle(subplan: LogicalPlan): Boolean = subplan match {
+    case _: Aggregate | _: Distinct => true
+    case _ => false
   }
 
   private def contains(key: LineageKey, hash: String): Boolean =

@@ -48,6 +48,12 @@ object MemphisConf {
     "On which occurrence of a subplan memphis persists it (delayed caching): 2 persists what recurs, 1 everything.")(
     v => v.trim.toIntOption.filter(n => n >= 1 && n <= 1000))
 
+  val RetainedShuffles: Entry[Int] = Entry(
+    Prefix + "reuse.retainedShuffles", "16", "a whole number from 0 to 10000",
+    "How many first occurrences of aggregates keep their shuffle output for the second occurrence to " +
+      "persist from (0: none; the first occurrence then plans as plain Spark would).")(
+    v => v.trim.toIntOption.filter(n => n >= 0 && n <= 10000))
+
   val EvictionPolicyName: Entry[String] = Entry(
     Prefix + "evictionPolicy", "costnsize", s"one of ${reuse.EvictionPolicy.Names.mkString(", ")}",
     "Which cached subplan goes first when memphis holds more than its budget (see docs/architecture.md).")(
@@ -86,7 +92,7 @@ object MemphisConf {
     "Share of the GPU's free memory, measured when the driver's GPU tier is made, that memphis manages " +
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
-  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, EvictionPolicyName,
+  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, RetainedShuffles, EvictionPolicyName,
     LineageMaxListedFiles, CheckpointMinHeight, HostMaxBytes, BroadcastMaxBytes, DiskDir, DiskMaxBytes,
     GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap

@@ -1,8 +1,9 @@
 package io.memphis
 
 import io.memphis.checkpoint.CheckpointRule
-import io.memphis.reuse.ReuseRule
+import io.memphis.reuse.{RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
 import org.apache.spark.sql.SparkSessionExtensions
+import org.apache.spark.sql.execution.ColumnarRule
 import org.apache.spark.sql.memphis.SparkShim
 
 /**
@@ -22,5 +23,11 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     // Normalization rules run in this order: the checkpoint cut first, so reuse decides on the cut plan.
     extensions.injectPlanNormalizationRule(session => new CheckpointRule(session))
     extensions.injectPlanNormalizationRule(session => new ReuseRule(session))
+    // The shuffle a first occurrence keeps, and its reuse when the second occurrence is persisted.
+    extensions.injectPlannerStrategy(_ => RetainShuffleStrategy)
+    extensions.injectQueryStagePrepRule(_ => new ShuffleReuseRule(asQueryStage = true))
+    extensions.injectColumnar(_ => new ColumnarRule {
+      override def preColumnarTransitions = new ShuffleReuseRule(asQueryStage = false)
+    })
   }
 }

@@ -4,6 +4,7 @@ import scala.collection.mutable
 
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.execution.SparkPlan
 
 /**
  * The states of a cache entry, MEMPHIS style:
@@ -53,6 +54,12 @@ final class CacheEntry(val key: LineageKey, now: Long) {
   var tooLarge = false
   /** Bytes (memory + disk) of each stored partition. */
   val stored: mutable.Map[Int, Long] = mutable.Map.empty
+
+  /**
+   * While seen: the shuffles its first occurrence wrote (see [[RetainShuffle]]), for the second
+   * occurrence to persist it from.
+   */
+  var firstShuffles: Seq[SparkPlan] = Nil
 
   /** Distinct queries (by key) that used it, up to [[CacheEntry.MaxConsumers]]. */
   val consumers: mutable.Set[String] = mutable.Set.empty

@@ -18,25 +18,39 @@ import org.apache.spark.sql.internal.SQLConf
  * analyzed plan, before the optimizer pushes filters down, lets different filters on top of one
  * aggregate share it.
  *
- * The rule never changes the plan itself, and never raises into the user's query: on an internal
- * failure it logs why and leaves the query to plain Spark.
+ * The one change it makes to a plan is to mark the first occurrences of aggregates whose shuffle is
+ * kept ([[RetainShuffle]]). It never raises into the user's query: on an internal failure it logs
+ * why and leaves the query to plain Spark.
  */
 final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan = {
-    if (!ReuseRule.suspendedHere.get()) ReuseRule.suspended {
+    if (ReuseRule.suspendedHere.get()) plan
+    else ReuseRule.suspended {
       try {
         val cache = LineageCache.forContext(session.sparkContext)
-        if (MemphisConf.Enabled.get(SQLConf.get)) cache.consider(session, plan)
-        else cache.releaseAll(session, "spark.memphis.enabled is false")
+        if (MemphisConf.Enabled.get(SQLConf.get)) ReuseRule.mark(plan, cache.consider(session, plan))
+        else {
+          cache.releaseAll(session, "spark.memphis.enabled is false")
+          plan
+        }
       } catch {
-        case NonFatal(e) => LineageCache.log.warn(s"memphis: skipped reuse for this query after an internal error: $e", e)
+        case NonFatal(e) =>
+          LineageCache.log.warn(s"memphis: skipped reuse for this query after an internal error: $e", e)
+          plan
       }
     }
-    plan
   }
 }
 
 object ReuseRule {
+  /** `plan` with each subplan in `marks` (by identity: key hash) under a [[RetainShuffle]]. */
+  private def mark(plan: LogicalPlan, marks: java.util.IdentityHashMap[LogicalPlan, String]): LogicalPlan =
+    if (marks.isEmpty) plan
+    else {
+      val marked = plan.mapChildren(mark(_, marks))
+      Option(marks.get(plan)).fold(marked)(hash => RetainShuffle(hash, marked))
+    }
+
   private val suspendedHere: ThreadLocal[Boolean] = ThreadLocal.withInitial(() => false)
 
   /** Whether memphis's own Spark calls run on this thread (the rules then leave plans alone). */

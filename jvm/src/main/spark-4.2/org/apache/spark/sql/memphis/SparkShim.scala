@@ -1,6 +1,8 @@
 package org.apache.spark.sql.memphis
 
-import org.apache.spark.{SPARK_VERSION, SparkContext, SparkEnv}
+import java.util.concurrent.atomic.AtomicInteger
+
+import org.apache.spark.{MapOutputTrackerMaster, SPARK_VERSION, SparkContext, SparkEnv}
 import io.memphis.MemphisConf
 import io.memphis.lineage.KeyContext
 import org.apache.spark.sql.{Dataset, SparkSession}
@@ -9,7 +11,10 @@ import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.expressions.Alias
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Project}
-import org.apache.spark.sql.execution.{CacheManager, LogicalRDD}
+import org.apache.spark.sql.execution.{CacheManager, ColumnarToRowTransition, DoNotCleanup, InputAdapter, LogicalRDD,
+  QueryExecution, RowToColumnarTransition, SparkPlan, WholeStageCodegenExec}
+import org.apache.spark.sql.execution.adaptive.{AdaptiveSparkPlanExec, QueryStageExec, ShuffleQueryStageExec}
+import org.apache.spark.sql.execution.exchange.{Exchange, ReusedExchangeExec, ShuffleExchangeLike}
 import org.apache.spark.sql.internal.SQLConf
 
 /**
@@ -115,4 +120,67 @@ object SparkShim {
 
   /** Whether a local checkpoint's RDD has been materialized (its lineage is cut now). */
   def isCheckpointed(rdd: RDD[_]): Boolean = rdd.isCheckpointed
+
+  /**
+   * The shuffles `plan` reads first: the exchanges (under adaptive execution, their query stages)
+   * reached from its root without crossing another exchange or stage.
+   */
+  def shuffleFrontier(plan: SparkPlan): Seq[SparkPlan] = plan match {
+    case s: ShuffleQueryStageExec => Seq(s)
+    case e: ShuffleExchangeLike => Seq(e)
+    case _: QueryStageExec | _: Exchange | _: AdaptiveSparkPlanExec => Nil
+    case p => p.children.flatMap(shuffleFrontier)
+  }
+
+  private def shuffleOf(retained: SparkPlan): ShuffleExchangeLike = retained match {
+    case s: ShuffleQueryStageExec => s.shuffle
+    case e: ShuffleExchangeLike => e
+  }
+
+  /**
+   * A shuffle's plan in the form two plans of the same shuffle share: canonical, and without the
+   * code-generation wrappers and columnar transitions that only an executed plan has (a query stage
+   * keeps the form it had before them).
+   */
+  def shuffleIdentity(shuffle: SparkPlan): SparkPlan = shuffle match {
+    case s: QueryStageExec => s.canonicalized
+    case e => e.transformUp {
+      case w: WholeStageCodegenExec => w.child
+      case i: InputAdapter => i.child
+      case c: ColumnarToRowTransition => c.child
+      case r: RowToColumnarTransition => r.child
+    }.canonicalized
+  }
+
+  /** Whether every map output of a retained shuffle (from [[shuffleFrontier]]) is registered now. */
+  def shuffleWritten(retained: SparkPlan): Boolean = {
+    val stageOk = retained match {
+      case s: ShuffleQueryStageExec => s.isMaterialized && !s.hasFailed
+      case _ => true
+    }
+    stageOk && (SparkEnv.get.mapOutputTracker match {
+      case master: MapOutputTrackerMaster => master.findMissingPartitions(shuffleOf(retained).shuffleId).exists(_.isEmpty)
+      case _ => false
+    })
+  }
+
+  /**
+   * What reads the retained shuffle in place of `exchange` (canonically equal to it): under adaptive
+   * execution a query stage (materialized when the retained one was), else a reused exchange.
+   */
+  def reuseShuffle(retained: SparkPlan, exchange: SparkPlan, asQueryStage: Boolean): SparkPlan = retained match {
+    case s: ShuffleQueryStageExec if asQueryStage => s.newReuseInstance(reusedStageIds.incrementAndGet(), exchange.output)
+    case _ if asQueryStage =>
+      ShuffleQueryStageExec(reusedStageIds.incrementAndGet(), ReusedExchangeExec(exchange.output, shuffleOf(retained)),
+        retained.canonicalized)
+    case _ => ReusedExchangeExec(exchange.output, shuffleOf(retained))
+  }
+
+  // Ids of reused stages: apart from the ids adaptive execution numbers from 0 within a query.
+  private val reusedStageIds = new AtomicInteger(1 << 30)
+
+  /** Whether Spark keeps a query's shuffle files after it ends (it does unless told to clean up). */
+  def shuffleFilesKept(conf: SQLConf): Boolean =
+    QueryExecution.determineShuffleCleanupMode(conf) == DoNotCleanup &&
+      !conf.getConfString("spark.sql.connect.shuffleDependency.fileCleanup.enabled", "false").toBoolean
 }
