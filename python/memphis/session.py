@@ -149,8 +149,8 @@ def stats(spark) -> dict:
     """The memphis counters of every tier, as ``{name: number}``; one py4j round trip.
 
     Spark tier (what ``SELECT * FROM memphis_stats()`` shows): hits, misses, persisted,
-    materialized, evicted, invalidated, refused, bytes_held, compute_saved_ms and
-    storage_budget_bytes. Driver tiers (:mod:`memphis.local`), prefixed ``local_``: local_hits,
+    materialized, evicted, invalidated, refused, bytes_held, compute_saved_ms, shuffles_retained,
+    shuffles_reused and storage_budget_bytes. Driver tiers (:mod:`memphis.local`), prefixed ``local_``: local_hits,
     local_partial_hits, local_misses, local_computed, local_evicted, local_spilled, local_reloaded,
     local_refused, local_corrupt, local_compute_saved_ms; and bytes_held_host, bytes_held_disk. GPU
     tier (:mod:`memphis.gpu`, zeros without one): local_gpu_hits, local_gpu_misses,
@@ -180,7 +180,7 @@ def entries(spark):
     Columns: tier (spark, host or disk), key, state (Spark: seen, to-persist, materialized,
     evicted, invalid; driver: computing, cached, spilled), occurrences, hits, misses, consumers
     (distinct queries that used it), readers (running queries that read it), size_bytes,
-    partitions_stored, partitions, cost_ms, score, height, last_access_ms, reason, and opcode
+    partitions_stored, partitions, cost_ms, score, height, last_access_ms, retained_shuffles, reason, and opcode
     (driver entries: the operation that made it). A column that does not apply to a tier is empty.
     ``SELECT * FROM memphis_cache()`` shows the Spark rows.
 

@@ -29,12 +29,12 @@ object MemphisTableFunctions {
     Seq("key" -> StringType, "state" -> StringType, "occurrences" -> IntegerType, "hits" -> LongType,
       "misses" -> LongType, "consumers" -> IntegerType, "readers" -> IntegerType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
       "partitions" -> IntegerType, "cost_ms" -> LongType, "score" -> DoubleType, "height" -> IntegerType,
-      "last_access_ms" -> LongType, "reason" -> StringType),
+      "last_access_ms" -> LongType, "retained_shuffles" -> IntegerType, "reason" -> StringType),
     cache => {
       val policy = MemphisConf.EvictionPolicyName.get(SQLConf.get)
       cache.entryRows(e => InternalRow(UTF8String.fromString(e.key.hash),
         UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.stored.size,
-        e.partitions, e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess,
+        e.partitions, e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess, e.firstShuffles.size,
         UTF8String.fromString(e.reason)))
     })
 

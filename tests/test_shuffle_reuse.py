@@ -1,0 +1,99 @@
+"""The first occurrence of an aggregate keeps its shuffle; the second occurrence persists from it."""
+import glob
+import os
+import shutil
+
+import pytest
+from pyspark.sql import functions as F
+
+import memphis
+from test_reuse import entry_states, per_key, sales
+
+
+def tasks_run(spark, tag, action):
+    """Runs ``action()`` in a job group; returns its result and how many tasks its stages ran (none in skipped ones)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(tag, tag)
+    try:
+        result = action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup(tag) for s in tracker.getJobInfo(j).stageIds]
+    return result, sum(s.numCompletedTasks for s in stages if s)
+
+
+def counters(spark):
+    stats = memphis.stats(spark)
+    return stats["shuffles_retained"], stats["shuffles_reused"]
+
+
+@pytest.fixture(params=["true", "false"], ids=["adaptive", "not-adaptive"])
+def adaptive(fresh, request):
+    fresh.conf.set("spark.sql.adaptive.enabled", request.param)
+    yield fresh
+    fresh.conf.unset("spark.sql.adaptive.enabled")
+
+
+def test_second_occurrence_persists_from_the_first_occurrences_shuffle(adaptive, tmp_path):
+    spark = adaptive
+    path = sales(spark, str(tmp_path / "sales"))
+    query = lambda threshold: per_key(spark, path).where(F.col("total") > threshold)  # noqa: E731
+    retained, reused = counters(spark)
+    first = sorted(query(0).collect())
+    assert counters(spark) == (retained + 1, reused)
+    key = memphis.lineage_key(per_key(spark, path))
+    assert entry_states(spark)[key]["retained_shuffles"] == 1
+
+    second_df = query(100)
+    second, tasks = tasks_run(spark, "second", lambda: sorted(second_df.collect()))
+    assert counters(spark) == (retained + 1, reused + 1)
+    assert entry_states(spark)[key]["retained_shuffles"] == 0, "the cached relation takes over"
+    assert "ReusedExchange" in second_df._jdf.queryExecution().executedPlan().toString()
+    spark.conf.set("spark.memphis.enabled", "false")
+    try:
+        plain, plain_tasks = tasks_run(spark, "plain", lambda: sorted(query(100).collect()))
+        assert first == sorted(query(0).collect())
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+    assert second == plain
+    # Plain Spark scans and shuffles again; the second occurrence only combines the kept shuffle.
+    assert tasks < plain_tasks, (tasks, plain_tasks)
+
+
+def test_a_changed_source_is_not_read_from_a_kept_shuffle(fresh, tmp_path):
+    spark = fresh
+    path = sales(spark, str(tmp_path / "sales"))
+    per_key(spark, path).collect()  # first occurrence: its shuffle is kept
+    part = sorted(glob.glob(os.path.join(path, "part-*.parquet")))[0]
+    shutil.copy(part, os.path.join(path, "part-99999-copy.parquet"))  # the same rows once more
+    spark.catalog.refreshByPath(path)
+    reused = counters(spark)[1]
+    changed = [sorted(per_key(spark, path).collect()) for _ in range(2)]  # a new key: first, then second occurrence
+    assert counters(spark)[1] == reused + 1, "the second occurrence persists from the first over the new files"
+    spark.conf.set("spark.memphis.enabled", "false")
+    try:
+        assert changed == [sorted(per_key(spark, path).collect())] * 2
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+
+
+def test_retained_shuffles_are_bounded_and_can_be_turned_off(fresh, tmp_path):
+    spark = fresh
+    path = sales(spark, str(tmp_path / "sales"))
+    by = lambda column: spark.read.parquet(path).groupBy(column).agg(F.sum("id").alias("s"))  # noqa: E731
+    spark.conf.set("spark.memphis.reuse.retainedShuffles", "1")
+    try:
+        for column in ("k", "v"):
+            by(column).collect()
+        kept = {k: r["retained_shuffles"] for k, r in entry_states(spark).items() if r["retained_shuffles"]}
+        assert list(kept) == [memphis.lineage_key(by("v"))], "only the newest first occurrence keeps its shuffle"
+
+        spark.conf.set("spark.memphis.reuse.retainedShuffles", "0")
+        df = spark.read.parquet(path).groupBy((F.col("k") % 3).alias("m")).count()
+        assert "RetainShuffle" not in df._jdf.queryExecution().optimizedPlan().toString()
+        spark.conf.set("spark.memphis.reuse.retainedShuffles", "1")
+        df = spark.read.parquet(path).groupBy((F.col("k") % 5).alias("m")).count()
+        assert "RetainShuffle" in df._jdf.queryExecution().optimizedPlan().toString()
+    finally:
+        spark.conf.unset("spark.memphis.reuse.retainedShuffles")
