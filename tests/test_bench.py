@@ -1,7 +1,15 @@
+import json
+import os
+import subprocess
+import sys
+
 from pyspark.sql import functions as F
 
 from memphis.bench import AnswerMismatch, Workload, markdown_table, run_workload
-from memphis.demo import exploration_workload
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
+sys.path.insert(0, BENCHMARKS)
+from workloads import ALL  # noqa: E402
 
 
 def grouped_sums(spark, n):
@@ -37,8 +45,16 @@ def test_a_mode_that_answers_differently_fails_the_run(spark):
         raise AssertionError("a differing answer was accepted")
 
 
-def test_exploration_workload_agrees_with_memphis_off_and_on(spark, tmp_path):
-    report = run_workload(spark, exploration_workload(str(tmp_path)), scale=0.02, repeats=1, progress=False)
-    assert set(report["modes"]) == {"plain", "memphis"}
-    answers = exploration_workload(str(tmp_path)).run(spark, str(tmp_path / "sales"))
-    assert len(answers) == 5 and len(answers[0]) == 7  # five queries; seven regions
+def test_quick_benchmark_runs_every_mode_and_answers_agree(tmp_path):
+    """`make bench-quick` as CI runs it: every workload in each of its modes, in a process of its
+    own (one SparkContext per process). run.py fails when a mode answers differently; timings are
+    not checked."""
+    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "run.py"), "--scale", "0.1",
+                             "--repeats", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name, make in ALL.items():
+        with open(tmp_path / f"{name}.json") as f:
+            report = json.load(f)
+        assert list(report["modes"]) == list(make(str(tmp_path)).modes()), name
+        assert {"plain", "memphis", "naive"} <= set(report["modes"]), name
+    assert (tmp_path / "results.md").read_text().count("\n| ") == len(ALL) + 1  # header and one row each

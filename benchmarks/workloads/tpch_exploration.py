@@ -81,9 +81,9 @@ def write_tables(spark, directory, scale=1.0):
     return directory
 
 
-def register(spark, directory):
+def register(spark, directory, cache=lambda df: df):
     for name in ("customer", "orders", "lineitem"):
-        spark.read.parquet(os.path.join(directory, name)).createOrReplaceTempView(name)
+        cache(spark.read.parquet(os.path.join(directory, name))).createOrReplaceTempView(name)
 
 
 def answers(spark, queries):
@@ -106,9 +106,16 @@ def cached_by_hand(spark, shared):
 
 
 def tpch_workload(directory, *, name, description, queries, shared):
-    """A session of `queries` over the TPC-H-like tables; the expert caches `shared` by hand."""
+    """A session of `queries` over the TPC-H-like tables; the expert caches `shared` by hand, the
+    naive user caches every table and every shared subquery and leaves them cached."""
     def run(spark, directory):
         register(spark, directory)
+        return answers(spark, queries)
+
+    def naive(spark, directory):
+        register(spark, directory, cache=lambda df: df.cache())
+        for q in shared:
+            spark.sql(q).cache()
         return answers(spark, queries)
 
     def expert(spark, directory):
@@ -116,7 +123,7 @@ def tpch_workload(directory, *, name, description, queries, shared):
         with cached_by_hand(spark, shared):
             return answers(spark, queries)
 
-    return Workload(name=name, description=description, run=run, expert=expert,
+    return Workload(name=name, description=description, run=run, naive=naive, expert=expert,
                     prepare=lambda spark, scale: write_tables(spark, directory, scale))
 
 

@@ -1,8 +1,10 @@
 """Runs a workload in several modes in one process and reports times, counters and agreement.
 
-A mode is a set of session confs: ``plain`` is plain Spark (memphis off), ``memphis`` is memphis
-on, ``expert`` is plain Spark running the workload's own hand-tuned variant (``cache()`` placed by
-hand), where it has one. Every mode must return the same answer as the first one, or the run
+A mode is a set of session confs and the variant of the workload it runs: ``plain`` is plain Spark
+(memphis off), ``memphis`` is memphis on, ``naive`` is plain Spark with ``cache()`` on every
+DataFrame the workload uses more than once (Spark's own cache used naively), and ``expert`` is
+plain Spark running the workload's hand-tuned variant (``cache()``/``unpersist()`` placed by hand);
+the last two where the workload has such a variant. Every mode must return the same answer as the first one, or the run
 fails: a speedup with a different answer is not a result.
 """
 import datetime
@@ -20,6 +22,7 @@ from memphis.session import clear, stats
 MODES = {
     "plain": {"spark.memphis.enabled": "false"},
     "memphis": {"spark.memphis.enabled": "true"},
+    "naive": {"spark.memphis.enabled": "false"},
     "expert": {"spark.memphis.enabled": "false"},
 }
 
@@ -34,17 +37,23 @@ class AnswerMismatch(AssertionError):
 @dataclass
 class Workload:
     """``prepare(spark, scale)`` builds the inputs (not timed); ``run(spark, inputs)`` is the timed
-    work and returns an answer comparable with ``==`` (sorted rows, exact numbers); ``expert``,
-    if given, is the same work with ``cache()``/``unpersist()`` placed by hand."""
+    work and returns an answer comparable with ``==`` (sorted rows, exact numbers); ``naive``, if
+    given, is the same work with ``cache()`` on every DataFrame it uses more than once, and
+    ``expert`` the same work with ``cache()``/``unpersist()`` placed by hand."""
 
     name: str
     description: str
     prepare: Callable[[Any, float], Any]
     run: Callable[[Any, Any], Any]
+    naive: Optional[Callable[[Any, Any], Any]] = None
     expert: Optional[Callable[[Any, Any], Any]] = None
 
     def modes(self):
-        return ("plain", "memphis") + (("expert",) if self.expert else ())
+        return ("plain", "memphis") + tuple(m for m in ("naive", "expert") if getattr(self, m))
+
+    def variant(self, mode):
+        """What ``mode`` runs: the naive or expert variant for those modes, else ``run``."""
+        return getattr(self, mode) if mode in ("naive", "expert") else self.run
 
 
 def environment(spark) -> dict:
@@ -60,7 +69,8 @@ def environment(spark) -> dict:
     }
 
 
-def _difference(before: dict, after: dict) -> dict:
+def difference(before: dict, after: dict) -> dict:
+    """What happened between two reads of :func:`memphis.stats`: event counts as differences, levels as read after."""
     return {k: v if k in LEVELS else v - before.get(k, 0) for k, v in after.items()}
 
 
@@ -93,10 +103,10 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
         spark.catalog.clearCache()
         clear(spark)
         before = stats(spark)
-        work = workload.expert if mode == "expert" else workload.run
+        work = workload.variant(mode)
         start = time.perf_counter()
         answer = work(spark, inputs)
-        return time.perf_counter() - start, answer, _difference(before, stats(spark))
+        return time.perf_counter() - start, answer, difference(before, stats(spark))
 
     runs = {mode: [] for mode in modes}
     expected = None

@@ -66,9 +66,10 @@ def main(argv=None) -> int:
                                        "memphis submit [spark-submit options] APP.py [app arguments]")
     stats = commands.add_parser("stats", help="start a session and print its memphis counters")
     stats.add_argument("--master", default="local[*]")
-    demo = commands.add_parser("demo", help="run an exploratory pipeline with memphis off, then on")
+    demo = commands.add_parser("demo", help="run an exploratory ML session with memphis off, then on")
     demo.add_argument("--master", default="local[*]")
-    demo.add_argument("--rows", type=int, default=400_000, help="rows of generated data (default 400000)")
+    demo.add_argument("--rows", type=int, default=400_000, help="rows of generated sales (default 400000)")
+    demo.add_argument("--plot", default="memphis-demo.png", help="where to save the plot (default memphis-demo.png)")
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         # Everything after `submit` belongs to spark-submit, options included, so argparse stays out.
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
         if args.command == "stats":
             return _stats(args.master)
         from memphis import demo as showcase
-        showcase.main(master=args.master, rows=args.rows)
+        showcase.main(master=args.master, rows=args.rows, plot_path=args.plot)
         return 0
     except (MemphisSetupError, MemphisConfigError) as e:
         print(f"memphis: {e}", file=sys.stderr)
