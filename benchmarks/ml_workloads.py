@@ -228,20 +228,20 @@ def plot(results, path):
     names = list(results["workloads"])
     x = np.arange(len(names))
     figure, (speed, times) = plt.subplots(2, 1, figsize=(11, 8), constrained_layout=True)
-    shown = ("memphis vs numpy", "memphis vs joblib", "SystemDS reuse vs off")
-    for i, key in enumerate(shown):
-        values = [results["workloads"][n]["speedups"][key] or 0 for n in names]
-        speed.bar(x + (i - 1) * 0.27, values, 0.27, label=key)
+    # Each peer's speedup over its own no-reuse baseline.
+    for i, (peer, baseline) in enumerate((("memphis", "numpy"), ("joblib", "numpy"), ("systemds_reuse", "systemds"))):
+        values = [ratio(results["workloads"][n]["modes"], baseline, peer) or 0 for n in names]
+        speed.bar(x + (i - 1) * 0.27, values, 0.27, label=f"{LABELS[peer]} vs {LABELS[baseline]}")
     speed.axhline(1, color="black", linewidth=0.8)
     speed.set_yscale("log")
-    speed.set_ylabel("speedup (× faster)")
-    speed.legend()
+    speed.set_ylabel("speedup over no reuse (×)")
+    speed.legend(fontsize="small")
     for i, mode in enumerate(LABELS):
         values = [results["workloads"][n]["modes"].get(mode, {}).get("median_s", 0) for n in names]
         times.bar(x + (i - 2) * 0.17, values, 0.17, label=LABELS[mode])
     times.set_yscale("log")
     times.set_ylabel("median seconds")
-    times.legend(ncol=5, fontsize="small")
+    times.legend(ncol=5, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.25))
     for axes in (speed, times):
         axes.set_xticks(x, names, rotation=15)
     speed.set_title(f"{results['rows']}×{ml.COLUMNS}, median of {results['repeats']}")
