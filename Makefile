@@ -25,13 +25,14 @@ test-python: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/lineage_keys.py
-	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/local_ridge.py
+	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/ml_workloads.py
 	$(PY) benchmarks/gpu_tier.py --device simulated
 	$(PY) benchmarks/run_all.py
 	$(PY) benchmarks/kmeans_loop.py
 
 bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --out benchmarks/results/quick
+	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/ml_workloads.py --quick --out benchmarks/results/quick
 
 jar: $(JAR_DIR)/.built
 
