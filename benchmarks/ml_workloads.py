@@ -47,6 +47,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 SYSTEMDS_SCRIPTS = os.path.join(HERE, "systemds")
 MODES = ("numpy", "memphis", "joblib")
+# Samples per repeat of the overhead run: one fit is short, and its target is a few percent.
+OVERHEAD_SAMPLES = 5
 SYSTEMDS_MODES = {"systemds": "none", "systemds_reuse": "reuse_hybrid"}  # mode: -lineage argument
 COUNTERS = ("hits", "partial_hits", "misses", "computed", "compute_saved_ms")
 
@@ -274,21 +276,24 @@ def main(argv=None) -> int:
                     else {}) for name in ml.WORKLOADS}
     runs = {name: {mode: [] for mode in MODES + tuple(peers[name])} for name in ml.WORKLOADS}
     counters = {name: {} for name in ml.WORKLOADS}
-    total = args.repeats * sum(len(modes) for modes in runs.values())
+    samples = {name: OVERHEAD_SAMPLES if name == "no_reuse_overhead" and not args.quick else 1 for name in ml.WORKLOADS}
+    total = args.repeats * sum(samples[name] * len(MODES) + len(peers[name]) for name in ml.WORKLOADS)
     with tqdm(total=total, desc="ML workloads", file=sys.stderr) as bar:
         for repeat in range(args.repeats):
             for name, workload in ml.WORKLOADS.items():
-                # The overhead run gets fresh data every time: nothing to reuse, not even the hash.
-                X, y = ml.data(rows, seed=100 + repeat if name == "no_reuse_overhead" else 0)
-                reference = None
-                for mode in MODES:
-                    seconds, answer, moved = run_mode(workload, mode, X.copy(), y.copy())
-                    reference = answer if reference is None else reference
-                    if not agree(answer, reference):
-                        raise AssertionError(f"{name}: {mode} answered differently from numpy")
-                    runs[name][mode].append(seconds)
-                    counters[name][mode] = moved
-                    bar.update()
+                for sample in range(samples[name]):
+                    # The overhead run gets fresh data every time: nothing to reuse, not even the hash.
+                    seed = 100 + repeat * samples[name] + sample if name == "no_reuse_overhead" else 0
+                    X, y = ml.data(rows, seed=seed)
+                    reference = None
+                    for mode in MODES:
+                        seconds, answer, moved = run_mode(workload, mode, X.copy(), y.copy())
+                        reference = answer if reference is None else reference
+                        if not agree(answer, reference):
+                            raise AssertionError(f"{name}: {mode} answered differently from numpy")
+                        runs[name][mode].append(seconds)
+                        counters[name][mode] = moved
+                        bar.update()
                 reference = None
                 for mode, lineage in peers[name].items():
                     seconds, answer, moved = run_systemds(command, name, lineage, rows)
