@@ -279,30 +279,28 @@ def main(argv=None) -> int:
     samples = {name: OVERHEAD_SAMPLES if name == "no_reuse_overhead" and not args.quick else 1 for name in ml.WORKLOADS}
     total = args.repeats * sum(samples[name] * len(MODES) + len(peers[name]) for name in ml.WORKLOADS)
     with tqdm(total=total, desc="ML workloads", file=sys.stderr) as bar:
+        def side_by_side(name, runners, baseline):
+            """Runs each mode (name -> () -> (seconds, answer, counters)); all must answer as the first."""
+            reference = None
+            for mode, run in runners.items():
+                seconds, answer, moved = run()
+                reference = answer if reference is None else reference
+                if not agree(answer, reference):
+                    raise AssertionError(f"{name}: {mode} answered differently from {baseline}")
+                runs[name][mode].append(seconds)
+                counters[name][mode] = moved
+                bar.update()
+
         for repeat in range(args.repeats):
             for name, workload in ml.WORKLOADS.items():
                 for sample in range(samples[name]):
                     # The overhead run gets fresh data every time: nothing to reuse, not even the hash.
                     seed = 100 + repeat * samples[name] + sample if name == "no_reuse_overhead" else 0
                     X, y = ml.data(rows, seed=seed)
-                    reference = None
-                    for mode in MODES:
-                        seconds, answer, moved = run_mode(workload, mode, X.copy(), y.copy())
-                        reference = answer if reference is None else reference
-                        if not agree(answer, reference):
-                            raise AssertionError(f"{name}: {mode} answered differently from numpy")
-                        runs[name][mode].append(seconds)
-                        counters[name][mode] = moved
-                        bar.update()
-                reference = None
-                for mode, lineage in peers[name].items():
-                    seconds, answer, moved = run_systemds(command, name, lineage, rows)
-                    reference = answer if reference is None else reference
-                    if not agree(answer, reference):
-                        raise AssertionError(f"{name}: SystemDS -lineage {lineage} answered differently from lineage off")
-                    runs[name][mode].append(seconds)
-                    counters[name][mode] = moved
-                    bar.update()
+                    side_by_side(name, {mode: lambda mode=mode: run_mode(workload, mode, X.copy(), y.copy())
+                                        for mode in MODES}, "numpy")
+                side_by_side(name, {mode: lambda lineage=lineage: run_systemds(command, name, lineage, rows)
+                                    for mode, lineage in peers[name].items()}, "SystemDS with lineage off")
     results = {"rows": rows, "columns": ml.COLUMNS, "scale": args.scale, "repeats": args.repeats,
                "quick": args.quick, "environment": environment(version("systemds") if command else None),
                "systemds": systemds, "workloads": {}}

@@ -55,15 +55,21 @@ def no_spark():
     stop_spark()
 
 
-def job_count(spark, tag, action):
-    """Runs ``action()`` in a job group and returns (its result, the number of Spark jobs it ran)."""
+def in_job_group(spark, tag, action):
+    """Runs ``action()`` in a job group and returns (its result, the ids of the Spark jobs it ran)."""
     sc = spark.sparkContext
     sc.setJobGroup(tag, tag)
     try:
         result = action()
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
-    return result, len(sc.statusTracker().getJobIdsForGroup(tag))
+    return result, sc.statusTracker().getJobIdsForGroup(tag)
+
+
+def job_count(spark, tag, action):
+    """Runs ``action()`` in a job group and returns (its result, the number of Spark jobs it ran)."""
+    result, jobs = in_job_group(spark, tag, action)
+    return result, len(jobs)
 
 
 def run_python(code, *args, env=None):

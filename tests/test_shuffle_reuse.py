@@ -7,19 +7,15 @@ import pytest
 from pyspark.sql import functions as F
 
 import memphis
+from conftest import in_job_group
 from test_reuse import entry_states, per_key, sales
 
 
 def tasks_run(spark, tag, action):
     """Runs ``action()`` in a job group; returns its result and how many tasks its stages ran (none in skipped ones)."""
-    sc = spark.sparkContext
-    sc.setJobGroup(tag, tag)
-    try:
-        result = action()
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    tracker = sc.statusTracker()
-    stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup(tag) for s in tracker.getJobInfo(j).stageIds]
+    result, jobs = in_job_group(spark, tag, action)
+    tracker = spark.sparkContext.statusTracker()
+    stages = [tracker.getStageInfo(s) for j in jobs for s in tracker.getJobInfo(j).stageIds]
     return result, sum(s.numCompletedTasks for s in stages if s)
 
 
