@@ -29,5 +29,6 @@ object CacheStats {
     val ComputeSavedMs = Value("compute_saved_ms")
     val Checkpointed = Value("checkpointed")
     val CheckpointsReleased = Value("checkpoints_released")
+    val CheckpointFilesDeleted = Value("checkpoint_files_deleted")
   }
 }

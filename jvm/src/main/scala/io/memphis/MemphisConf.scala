@@ -59,6 +59,13 @@ object MemphisConf {
       "also held this deep) by a lazy local checkpoint.")(
     v => v.trim.toIntOption.filter(n => n >= 2 && n <= 100000))
 
+  val CheckpointDir: Entry[String] = Entry(
+    Prefix + "checkpoint.dir", "", "a directory path or Hadoop URI that memphis can create and write " +
+      "(empty means local checkpoints)",
+    "Where memphis writes reliable checkpoints of loop-carried subplans (one folder per application); " +
+      "empty keeps lazy local checkpoints in Spark storage.")(
+    v => Some(v.trim).filter(d => d.isEmpty || scala.util.Try(new org.apache.hadoop.fs.Path(d)).isSuccess))
+
   // The driver-side tiers (Python) read the keys below; they are declared here so that the session
   // validates them with the rest.
   val HostMaxBytes: Entry[Long] = Entry(
@@ -87,7 +94,7 @@ object MemphisConf {
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
   val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, EvictionPolicyName,
-    LineageMaxListedFiles, CheckpointMinHeight, HostMaxBytes, BroadcastMaxBytes, DiskDir, DiskMaxBytes,
+    LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, HostMaxBytes, BroadcastMaxBytes, DiskDir, DiskMaxBytes,
     GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
@@ -113,6 +120,16 @@ object MemphisConf {
         "A SparkContext keeps the conf it started with: stop it before retrying with other values.")
     }
   }
+
+  /** Fails, as [[validate]] does, when `checkpoint.dir` is set to a directory that cannot be made or written. */
+  def validateDirectories(sc: org.apache.spark.SparkContext): Unit =
+    sc.getConf.getOption(CheckpointDir.key).map(_.trim).filter(_.nonEmpty).foreach { dir =>
+      checkpoint.CheckpointFiles.unusable(dir, sc.hadoopConfiguration).foreach { why =>
+        throw new IllegalArgumentException(s"Invalid memphis configuration: ${CheckpointDir.key}=$dir " +
+          s"is not allowed: $why; expected ${CheckpointDir.allowed}. A SparkContext keeps the conf it started " +
+          "with: stop it before retrying with other values.")
+      }
+    }
 
   private def parseFraction(v: String): Option[Double] = v.trim.toDoubleOption.filter(f => f > 0 && f <= 1)
 
