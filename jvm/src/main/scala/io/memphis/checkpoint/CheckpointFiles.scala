@@ -62,8 +62,9 @@ final class CheckpointFiles(cache: LineageCache) {
   private def delete(folder: String, why: String): Unit =
     try {
       val path = new Path(folder)
-      path.getFileSystem(cache.sparkContext.hadoopConfiguration).delete(path, true)
-      cache.decide(Counter.CheckpointFilesDeleted, s"deleted checkpoint files $folder: $why")
+      if (path.getFileSystem(cache.sparkContext.hadoopConfiguration).delete(path, true)) {
+        cache.decide(Counter.CheckpointFilesDeleted, s"deleted checkpoint files $folder: $why")
+      } else LineageCache.log.debug(s"memphis: no checkpoint files at $folder to delete ($why)")
     } catch {
       case NonFatal(e) => LineageCache.log.warn(s"memphis: could not delete checkpoint files $folder ($why): $e")
     }
