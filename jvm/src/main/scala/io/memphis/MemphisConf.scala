@@ -110,25 +110,25 @@ object MemphisConf {
     case None => Some(s"$key=$value: unknown memphis key; known keys: ${All.map(_.key).mkString(", ")}")
   }
 
-  /** Fails with every problem in `settings` (other keys are ignored), naming key, value and what is allowed. */
-  def validate(settings: Iterable[(String, String)]): Unit = {
+  /**
+   * Fails with every problem in `settings` (other keys are ignored), naming key, value and what is
+   * allowed, and with the `more` problems found otherwise (see [[directoryProblems]]).
+   */
+  def validate(settings: Iterable[(String, String)], more: Seq[String] = Nil): Unit = {
     val problems = settings.toSeq.sortBy(_._1).collect {
       case (k, v) if k.startsWith(Prefix) => problem(k, v)
-    }.flatten
+    }.flatten ++ more
     if (problems.nonEmpty) {
       throw new IllegalArgumentException(s"Invalid memphis configuration: ${problems.mkString("; ")}. " +
         "A SparkContext keeps the conf it started with: stop it before retrying with other values.")
     }
   }
 
-  /** Fails, as [[validate]] does, when `checkpoint.dir` is set to a directory that cannot be made or written. */
-  def validateDirectories(sc: org.apache.spark.SparkContext): Unit =
-    sc.getConf.getOption(CheckpointDir.key).map(_.trim).filter(_.nonEmpty).foreach { dir =>
-      checkpoint.CheckpointFiles.unusable(dir, sc.hadoopConfiguration).foreach { why =>
-        throw new IllegalArgumentException(s"Invalid memphis configuration: ${CheckpointDir.key}=$dir " +
-          s"is not allowed: $why; expected ${CheckpointDir.allowed}. A SparkContext keeps the conf it started " +
-          "with: stop it before retrying with other values.")
-      }
+  /** The problem with `checkpoint.dir` in the SparkConf, if any: a directory memphis cannot make or write. */
+  def directoryProblems(sc: org.apache.spark.SparkContext): Seq[String] =
+    sc.getConf.getOption(CheckpointDir.key).flatMap(CheckpointDir.parse).filter(_.nonEmpty).toSeq.flatMap { dir =>
+      checkpoint.CheckpointFiles.unusable(dir, sc.hadoopConfiguration)
+        .map(why => s"${CheckpointDir.key}=$dir is not allowed: $why; expected ${CheckpointDir.allowed}")
     }
 
   private def parseFraction(v: String): Option[Double] = v.trim.toDoubleOption.filter(f => f > 0 && f <= 1)
