@@ -36,6 +36,21 @@ def test_the_same_value_is_broadcast_once_and_a_changed_one_anew(fresh):
     assert rows == [float((centroids + 1)[0].sum()), float((centroids + 1)[3].sum())]
 
 
+def test_an_early_broadcast_is_built_in_the_background_once(fresh):
+    spark = fresh
+    weights = np.arange(20.0).reshape(5, 4)
+    before = memphis.stats(spark)
+    future = memphis.broadcast(spark, weights, wait=False)
+    original = weights.copy()
+    weights[:] = -1.0  # changed by the caller while the broadcast may still be built: it holds the old value
+    same = memphis.broadcast(spark, original)  # waits for the early one, builds nothing
+    early = future.result(timeout=60)
+    assert spark_id(same) == spark_id(early)
+    assert delta(spark, before, "local_broadcasts", "local_broadcast_hits", "local_broadcasts_early") == [1, 1, 1]
+    sums = spark.sparkContext.parallelize([0, 4]).map(lambda i: float(early.value[i].sum())).collect()
+    assert sums == [float(original[0].sum()), float(original[4].sum())]
+
+
 def test_traced_values_are_keyed_by_lineage(fresh):
     spark = fresh
     x = memphis.array(np.ones((50, 4)))

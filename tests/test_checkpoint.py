@@ -68,3 +68,66 @@ def test_a_loop_carried_dataframe_is_cut_by_checkpoints_with_the_hand_tuned_answ
     for mine, theirs in zip(on["rows"], hand["rows"]):
         assert mine[0] == theirs[0]
         assert abs(mine[1] - theirs[1]) < 1e-9 and abs(mine[2] - theirs[2]) < 1e-9
+
+
+RELIABLE_APP = """
+import gc, json, os, sys, time
+import memphis
+
+sys.path.insert(0, sys.argv[2])
+from workloads.kmeans import points_and_centroids, step
+
+folder = sys.argv[3]
+spark = memphis.session("local[2]", app_name="memphis-reliable", **{**json.loads(sys.argv[1]),
+                        "spark.memphis.checkpoint.dir": folder, "spark.memphis.checkpoint.minHeight": "12"})
+spark.sparkContext.setLogLevel("ERROR")
+points, start = points_and_centroids(spark, 500)
+
+
+def loop(iterations, written):
+    centroids = start
+    for i in range(iterations):
+        centroids = step(points, centroids)
+        if spark.conf.get("spark.memphis.enabled") == "false" and (i + 1) % 5 == 0:
+            centroids = centroids.localCheckpoint()  # the plugin-off run, hand-tuned
+        rows = sorted(map(list, centroids.collect()))
+        if os.path.isdir(app):  # the newest folder is held; older ones may be gone already
+            written.update(f for f in os.listdir(app) if os.listdir(os.path.join(app, f)))
+    return rows
+
+
+app = os.path.join(folder, "memphis-" + spark.sparkContext.applicationId)
+written = set()
+on = loop(16, written)
+# Released checkpoints' folders go once nothing can read them; any query polls for them.
+for _ in range(20):
+    gc.collect()
+    spark._jvm.System.gc()
+    time.sleep(0.5)
+    spark.range(1).count()
+    if len(os.listdir(app)) <= 3:
+        break
+left = len(os.listdir(app))
+stats = memphis.stats(spark)
+spark.conf.set("spark.memphis.enabled", "false")
+off = loop(16, set())
+spark.stop()
+print(json.dumps({"on": on, "off": off, "written": len(written), "left": left, "stats": stats,
+                  "after_stop": os.path.exists(app)}))
+"""
+
+
+def test_reliable_checkpoints_are_written_under_the_dir_and_deleted_when_released(tmp_path):
+    folder = str(tmp_path / "checkpoints")
+    result = run_python(RELIABLE_APP, json.dumps(TEST_CONFS), BENCHMARKS, folder)
+    stats = result["stats"]
+    # Past minHeight 12 (about three iterations) each iteration is cut, each cut written to a folder.
+    assert stats["checkpointed"] >= 10 and result["written"] >= 10
+    assert stats["checkpoints_released"] >= stats["checkpointed"] - 3
+    # The released ones' folders are deleted (most already during the loop); the two or three held stay.
+    assert result["left"] <= 3 and stats["checkpoint_files_deleted"] >= result["written"] - 3
+    assert not result["after_stop"]  # the application's folder goes with it
+    assert len(result["on"]) == len(result["off"]) >= 2
+    for mine, theirs in zip(result["on"], result["off"]):
+        assert mine[0] == theirs[0]
+        assert abs(mine[1] - theirs[1]) < 1e-9 and abs(mine[2] - theirs[2]) < 1e-9

@@ -53,6 +53,24 @@ def test_prefetch_returns_a_future_of_the_same_data(spark, local_tier, frame):
     assert jobs == 0 and np.array_equal(X, again)
 
 
+def test_a_collect_asked_while_a_prefetch_runs_waits_for_it(spark, local_tier):
+    df = spark.range(6000).selectExpr("id AS k", "id % 13 AS r")
+    sc = spark.sparkContext
+    sc.setJobGroup("prefetch-in-flight", "prefetch-in-flight")  # the prefetch thread takes it over
+    try:
+        future = memphis.collect(df, prefetch=True, as_="pandas")
+        now = memphis.collect(df, as_="pandas")  # at once, most likely while the prefetch runs
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    prefetched = future.result(timeout=120)
+    _, alone = job_count(spark, "prefetch-alone", lambda: df.toArrow())
+    assert len(sc.statusTracker().getJobIdsForGroup("prefetch-in-flight")) == alone >= 1
+    expected = df.toPandas().sort_values("k", ignore_index=True)
+    for result in (now, prefetched):
+        pd.testing.assert_frame_equal(result.sort_values("k", ignore_index=True), expected)
+    assert ml.stats()["misses"] == 1
+
+
 def test_threads_collecting_one_frame_run_one_set_of_jobs(spark, local_tier, frame):
     sc, results = spark.sparkContext, [None] * 4
 

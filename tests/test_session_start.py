@@ -17,6 +17,8 @@ from conftest import TEST_CONFS, run_python
     ({"storage_fraction": "lots"}, "spark.memphis.storage.fraction", "lots", "greater than 0 and at most 1"),
     ({"storage_maxBytes": "12 apples"}, "spark.memphis.storage.maxBytes", "12 apples", "a byte size"),
     ({"enable": "true"}, "spark.memphis.enable", "true", "known keys: spark.memphis.enabled"),
+    ({"checkpoint_dir": "/dev/null/checkpoints"}, "spark.memphis.checkpoint.dir", "/dev/null/checkpoints",
+     "cannot be made or written"),
 ])
 def test_bad_setting_fails_at_session_start(no_spark, options, key, value, allowed):
     with pytest.raises(memphis.MemphisConfigError) as info:

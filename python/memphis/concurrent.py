@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from memphis import _jvm
+from memphis.local import background
 
 log = logging.getLogger("memphis")
 
@@ -88,7 +89,7 @@ def run_all(actions, *, max_parallel: int = None, pool: str = "memphis") -> list
     heads = _persist_shared(frames)
     order = heads + [i for i in frames if i not in heads] + [i for i in range(len(actions)) if i not in frames]
     results = [None] * len(actions)
-    properties = _local_properties()
+    properties = background.local_properties()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max_parallel or len(actions),
                                                thread_name_prefix="memphis-run-all") as executor:
         futures = {executor.submit(_run, actions[i], properties, pool): i for i in order}
@@ -139,21 +140,8 @@ def _persist_shared(frames: dict) -> list:
     return sorted(heads)
 
 
-def _local_properties():
-    """The caller's Spark local properties (a JVM object), or None without a running SparkContext."""
-    from pyspark import SparkContext
-
-    sc = SparkContext._active_spark_context
-    return sc._jsc.sc().getLocalProperties() if sc is not None else None
-
-
 def _run(action, properties, pool):
-    from pyspark import SparkContext
-
-    sc = SparkContext._active_spark_context
-    if sc is not None and properties is not None:
-        # Each thread gets its own copy: they all set their pool, and the caller's stays as it was.
-        sc._jsc.sc().setLocalProperties(properties.clone())
-        if pool is not None:
-            sc.setLocalProperty("spark.scheduler.pool", pool)
+    sc = background.adopt(properties)
+    if sc is not None and pool is not None:
+        sc.setLocalProperty("spark.scheduler.pool", pool)
     return action.collect() if _is_dataframe(action) else action()

@@ -157,7 +157,7 @@ def stats(spark) -> dict:
     local_recycled_allocations, local_fresh_allocations, local_evicted_to_host, local_gpu_deleted,
     local_eviction_time_ms, local_copies_to_device, local_copies_to_host; and bytes_held_gpu.
     Broadcasts of :func:`memphis.broadcast`: local_broadcast_hits, local_broadcasts,
-    local_broadcasts_evicted and bytes_held_broadcast.
+    local_broadcasts_early, local_broadcasts_evicted and bytes_held_broadcast.
 
     Examples
     --------

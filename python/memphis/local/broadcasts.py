@@ -5,13 +5,15 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from memphis.local import config
+import numpy as np
+
+from memphis.local import background, config
 from memphis.local.array import TracedArray
 from memphis.local.host import size_of
 from memphis.local.lineage import LineageItem, Untraceable, encode
 
 log = logging.getLogger("memphis.local")
-COUNTERS = ("broadcast_hits", "broadcasts", "broadcasts_evicted", "bytes_held_broadcast")
+COUNTERS = ("broadcast_hits", "broadcasts", "broadcasts_early", "broadcasts_evicted", "bytes_held_broadcast")
 
 
 @dataclass
@@ -34,10 +36,19 @@ class BroadcastRegistry:
         self._held = OrderedDict()  # key -> _Held; guarded by _lock
         self._counts = Counter({name: 0 for name in COUNTERS if not name.startswith("bytes_held_")})
 
-    def broadcast(self, spark, value):
-        key = _key_of(value)
+    def broadcast(self, spark, value, wait=True):
+        key = _key_of(value)  # here, in the caller's thread: the key of the value as it was passed
+        if wait:
+            return self._broadcast(spark, value, key)
+        if isinstance(value, np.ndarray) and value.flags.writeable:
+            value = value.copy()  # the caller may change its array while the broadcast is built
+        log.debug("broadcast %s started in the background (wait=False)", key)
+        return background.submit(self._broadcast, spark, value, key, early=True)
+
+    def _broadcast(self, spark, value, key, early=False):
         context = spark.sparkContext
         with self._lock:
+            self._counts["broadcasts_early"] += early
             held = self._held.get(key) if key else None
             if held is not None and held.context is context and held.broadcast._jbroadcast.isValid():
                 self._held.move_to_end(key)
@@ -97,7 +108,7 @@ def _size_of(value) -> int:
 registry = BroadcastRegistry()
 
 
-def broadcast(spark, value):
+def broadcast(spark, value, *, wait=True):
     """A Spark broadcast of the driver-side ``value``, the same one while ``value``'s lineage is.
 
     The key is the value's local lineage: a traced array's (:func:`memphis.array`) item, a numpy
@@ -110,11 +121,20 @@ def broadcast(spark, value):
     ``bytes_held_broadcast`` in :func:`memphis.stats` count them. :func:`memphis.clear` destroys
     them: do not destroy one yourself while memphis holds it, nor use one after a clear.
 
+    With ``wait=False`` (early broadcast) the value is keyed now and the broadcast is built in a
+    background thread: a ``concurrent.futures.Future`` of it is returned at once, so the driver goes
+    on (building a DataFrame, collecting another) while Spark takes the value in. A broadcast of the
+    same value asked meanwhile waits for that one and builds nothing; ``local_broadcasts_early``
+    counts them. A writable numpy array is copied first; do not change other values in place until
+    the future is done.
+
     Examples
     --------
     >>> centroids = np.zeros((8, 16))  # doctest: +SKIP
     >>> bc = memphis.broadcast(spark, centroids)  # doctest: +SKIP
     >>> memphis.broadcast(spark, centroids.copy()) is bc  # same content: the same broadcast  # doctest: +SKIP
     True
+    >>> future = memphis.broadcast(spark, centroids + 1, wait=False)  # returns at once  # doctest: +SKIP
+    >>> bc = future.result()  # doctest: +SKIP
     """
-    return registry.broadcast(spark, value)
+    return registry.broadcast(spark, value, wait)

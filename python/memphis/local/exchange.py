@@ -1,18 +1,14 @@
 """Spark → driver (and GPU) exchange: a DataFrame's result collected through Arrow once, held by lineage key."""
-import concurrent.futures
 import logging
-import threading
 
 import numpy as np
 
-from memphis.local import config
+from memphis.local import background, config
 from memphis.local.lineage import LineageItem
 
 log = logging.getLogger("memphis.local")
 
 FORMATS = ("arrow", "numpy", "pandas")
-_pool = None  # threads for prefetch=True, made on first use; guarded by _pool_lock
-_pool_lock = threading.Lock()
 
 
 def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arrow"):
@@ -33,8 +29,10 @@ def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arr
         found in the host tier) copied once to the device of the GPU tier (:mod:`memphis.gpu`) and
         kept there under the same key plus the format, so a second collect copies nothing. Without
         a GPU tier it raises :class:`memphis.gpu.NoGpuError`.
-    prefetch : when true, the collection starts in a background thread and a
-        ``concurrent.futures.Future`` of the result is returned at once.
+    prefetch : when true, the collection starts in a background thread (with the caller's job
+        group and scheduler pool) and a ``concurrent.futures.Future`` of the result is returned at
+        once, so the driver goes on while Spark computes. It is keyed and held like any collect: a
+        collect of the same data asked while it runs waits for it and runs no Spark job of its own.
     as_ : ``"arrow"`` (a ``pyarrow.Table``, shared with the cache: it is immutable), ``"pandas"``
         (a new DataFrame per call) or ``"numpy"`` (a new 2-D float64 array of the columns, which
         must all be numeric: integers, floats, decimals, booleans; nulls become NaN). On the GPU,
@@ -55,18 +53,10 @@ def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arr
     if as_ not in FORMATS:
         raise ValueError(f"as_={as_!r}: expected one of {', '.join(FORMATS)}")
     if prefetch:
-        return _executor().submit(collect, df, device=device, as_=as_)
+        return background.submit(collect, df, device=device, as_=as_)
     if device == "gpu":
         return _on_gpu(df, as_)
     return _convert(_table(df), as_)
-
-
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="memphis-prefetch")
-        return _pool
 
 
 def _collect_item(df):

@@ -31,5 +31,6 @@ object CacheStats {
     val ShufflesReused = Value("shuffles_reused")
     val Checkpointed = Value("checkpointed")
     val CheckpointsReleased = Value("checkpoints_released")
+    val CheckpointFilesDeleted = Value("checkpoint_files_deleted")
   }
 }

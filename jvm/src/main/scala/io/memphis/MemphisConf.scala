@@ -65,6 +65,13 @@ object MemphisConf {
       "also held this deep) by a lazy local checkpoint.")(
     v => v.trim.toIntOption.filter(n => n >= 2 && n <= 100000))
 
+  val CheckpointDir: Entry[String] = Entry(
+    Prefix + "checkpoint.dir", "", "a directory path or Hadoop URI that memphis can create and write " +
+      "(empty means local checkpoints)",
+    "Where memphis writes reliable checkpoints of loop-carried subplans (one folder per application); " +
+      "empty keeps lazy local checkpoints in Spark storage.")(
+    v => Some(v.trim).filter(d => d.isEmpty || scala.util.Try(new org.apache.hadoop.fs.Path(d)).isSuccess))
+
   // The driver-side tiers (Python) read the keys below; they are declared here so that the session
   // validates them with the rest.
   val HostMaxBytes: Entry[Long] = Entry(
@@ -92,9 +99,9 @@ object MemphisConf {
     "Share of the GPU's free memory, measured when the driver's GPU tier is made, that memphis manages " +
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
-  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, RetainedShuffles, EvictionPolicyName,
-    LineageMaxListedFiles, CheckpointMinHeight, HostMaxBytes, BroadcastMaxBytes, DiskDir, DiskMaxBytes,
-    GpuMemoryFraction)
+  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, RetainedShuffles,
+    EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, HostMaxBytes, BroadcastMaxBytes,
+    DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))
@@ -109,16 +116,26 @@ object MemphisConf {
     case None => Some(s"$key=$value: unknown memphis key; known keys: ${All.map(_.key).mkString(", ")}")
   }
 
-  /** Fails with every problem in `settings` (other keys are ignored), naming key, value and what is allowed. */
-  def validate(settings: Iterable[(String, String)]): Unit = {
+  /**
+   * Fails with every problem in `settings` (other keys are ignored), naming key, value and what is
+   * allowed, and with the `more` problems found otherwise (see [[directoryProblems]]).
+   */
+  def validate(settings: Iterable[(String, String)], more: Seq[String] = Nil): Unit = {
     val problems = settings.toSeq.sortBy(_._1).collect {
       case (k, v) if k.startsWith(Prefix) => problem(k, v)
-    }.flatten
+    }.flatten ++ more
     if (problems.nonEmpty) {
       throw new IllegalArgumentException(s"Invalid memphis configuration: ${problems.mkString("; ")}. " +
         "A SparkContext keeps the conf it started with: stop it before retrying with other values.")
     }
   }
+
+  /** The problem with `checkpoint.dir` in the SparkConf, if any: a directory memphis cannot make or write. */
+  def directoryProblems(sc: org.apache.spark.SparkContext): Seq[String] =
+    sc.getConf.getOption(CheckpointDir.key).flatMap(CheckpointDir.parse).filter(_.nonEmpty).toSeq.flatMap { dir =>
+      checkpoint.CheckpointFiles.unusable(dir, sc.hadoopConfiguration)
+        .map(why => s"${CheckpointDir.key}=$dir is not allowed: $why; expected ${CheckpointDir.allowed}")
+    }
 
   private def parseFraction(v: String): Option[Double] = v.trim.toDoubleOption.filter(f => f > 0 && f <= 1)
 

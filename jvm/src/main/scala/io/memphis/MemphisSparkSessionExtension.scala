@@ -17,7 +17,7 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     SparkShim.unsupportedSparkReason().foreach(reason => throw new IllegalStateException(reason))
     MemphisConf.register()
-    SparkShim.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll))
+    SparkShim.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
     extensions.injectTableFunction(MemphisTableFunctions.stats)
     extensions.injectTableFunction(MemphisTableFunctions.entries)
     // Normalization rules run in this order: the checkpoint cut first, so reuse decides on the cut plan.

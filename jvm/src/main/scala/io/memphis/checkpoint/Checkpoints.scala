@@ -12,9 +12,13 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.{Command, LogicalPlan}
 import org.apache.spark.sql.memphis.SparkShim
 
-/** One cut: the checkpoint standing for the subplan of `key`, and the checkpoints it was built on. */
-final class Checkpoint(val key: LineageKey, val relation: LogicalPlan, val rdd: RDD[_], val builtOn: Seq[Checkpoint],
-    val number: Long)
+/**
+ * One cut: the checkpoint standing for the subplan of `key`, the folder it is written to (reliable
+ * checkpoints only), and the checkpoints it was built on: emptied once those are released, so that
+ * nothing memphis holds keeps their RDDs reachable (Spark, and [[CheckpointFiles]], free what is not).
+ */
+final class Checkpoint(val key: LineageKey, val relation: LogicalPlan, val rdd: RDD[_], var builtOn: Seq[Checkpoint],
+    val number: Long, val folder: Option[String])
 
 /**
  * The registry of loop-carried subplans memphis cut, one per [[LineageCache]] (per SparkContext).
@@ -23,24 +27,30 @@ final class Checkpoint(val key: LineageKey, val relation: LogicalPlan, val rdd: 
  * threshold) in `seen`. A later deep query that holds one of them below its root (the template
  * grew around an earlier result) gets it replaced by a local checkpoint, built after the
  * checkpoints already registered inside it were substituted, so its own lineage is short. A
- * subplan whose key is registered is replaced by its checkpoint directly.
+ * subplan whose key is registered is replaced by its checkpoint directly. With
+ * `spark.memphis.checkpoint.dir` set the checkpoint is reliable, written there (see [[CheckpointFiles]]).
  *
  * Release: once a checkpoint is materialized (its RDD's lineage is cut), the checkpoints it was
  * built on are superseded and forgotten, so memphis holds at most the last two or three
- * iterations' results. It does not unpersist them: a DataFrame planned against one (an old
- * iteration's, run again by the user) still reads it, and a local checkpoint cannot be recomputed.
+ * iterations' results. It does not unpersist or delete them: a DataFrame planned against one (an old
+ * iteration's, run again by the user) still reads it, and a checkpoint cannot be recomputed.
  * Spark's ContextCleaner removes its blocks once no plan references its RDD any more, as for a
  * user's own `localCheckpoint()`; until then Spark's storage limits (memory, then disk) bound them.
+ * A reliable checkpoint's folder is deleted at the same moment by [[CheckpointFiles]].
  */
 final class Checkpoints(cache: LineageCache) {
   // Invariant: `registry` (key hash -> its checkpoint) and `seen` change only under this object's lock.
   private val registry = mutable.LinkedHashMap.empty[String, Checkpoint]
   private val seen = mutable.LinkedHashSet.empty[String]
   private var made = 0L
+  private val files = new CheckpointFiles(cache)
 
   /** The plan to run for `plan`: itself when shallow or when nothing in it is loop-carried. */
   def cut(session: SparkSession, plan: LogicalPlan): LogicalPlan = {
-    val minHeight = MemphisConf.CheckpointMinHeight.get(SparkShim.sqlConf(session))
+    files.deleteUnreachable()
+    val conf = SparkShim.sqlConf(session)
+    val minHeight = MemphisConf.CheckpointMinHeight.get(conf)
+    val dir = MemphisConf.CheckpointDir.get(conf)
     val heights = new IdentityHashMap[LogicalPlan, Integer]()
     def height(p: LogicalPlan): Int = {
       val known = heights.get(p)
@@ -71,12 +81,15 @@ final class Checkpoints(cache: LineageCache) {
             val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut = false))
             val builtOn = used.drop(before).toSeq
             used.remove(before, used.size - before)
-            val (relation, rdd) = SparkShim.localCheckpoint(session, inner)
             made += 1
-            val c = new Checkpoint(k, relation, rdd, builtOn.distinct, made)
+            val folder = Option(dir).filter(_.nonEmpty).map(files.folder(_, made))
+            val (relation, rdd) = folder.fold(SparkShim.localCheckpoint(session, inner))(
+              SparkShim.reliableCheckpoint(session, inner, _))
+            val c = new Checkpoint(k, relation, rdd, builtOn.distinct, made, folder)
             registry(k.hash) = c
             used += c
-            cache.decide(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} (height ${height(p)} > $minHeight, " +
+            cache.decide(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
+              s"(${folder.fold("local")(f => s"reliable, in $f")}; height ${height(p)} > $minHeight, " +
               s"held by an earlier query; built on ${builtOn.map(_.number).distinct.mkString("[", ",", "]")})")
             SparkShim.rebind(relation, p.output)
           case _ => p.mapChildren(rewrite(_, isRoot = false, mayCut))
@@ -97,14 +110,16 @@ final class Checkpoints(cache: LineageCache) {
 
   /** Forgets the checkpoints under a materialized one: no plan memphis makes reads them again. */
   private def releaseSuperseded(): Unit = {
-    val superseded = registry.values.filter(c => SparkShim.isCheckpointed(c.rdd)).flatMap(_.builtOn)
-      .filter(c => registry.get(c.key.hash).exists(_ eq c)).toSeq.distinct
+    val materialized = registry.values.filter(c => SparkShim.isCheckpointed(c.rdd)).toSeq
+    val superseded = materialized.flatMap(_.builtOn).filter(c => registry.get(c.key.hash).exists(_ eq c)).distinct
     superseded.foreach(c => release(c, s"superseded: a checkpoint built on it is materialized"))
+    materialized.foreach(_.builtOn = Nil)
   }
 
-  /** Forgets `c`; its blocks go when no plan references its RDD (see the class comment). */
+  /** Forgets `c`; its blocks and files go when no plan references its RDD (see the class comment). */
   private def release(c: Checkpoint, why: String): Unit = {
     registry.remove(c.key.hash)
+    c.folder.foreach(files.deleteWhenUnreachable(c.rdd, _))
     cache.decide(Counter.CheckpointsReleased, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
   }
 

@@ -8,7 +8,9 @@ import io.memphis.lineage.KeyContext
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
-import org.apache.spark.rdd.RDD
+import scala.reflect.ClassTag
+
+import org.apache.spark.rdd.{CheckpointRDD, RDD, RDDCheckpointData, ReliableCheckpointRDD}
 import org.apache.spark.sql.catalyst.expressions.Alias
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Project}
 import org.apache.spark.sql.execution.{CacheManager, ColumnarToRowTransition, DoNotCleanup, InputAdapter, LogicalRDD,
@@ -97,12 +99,40 @@ object SparkShim {
    * builds): a `LogicalRDD` over an RDD marked for local checkpointing, and that RDD. Nothing runs
    * for the last stage until a job reads the RDD; under adaptive execution the stages below it run now.
    */
-  def localCheckpoint(session: SparkSession, plan: LogicalPlan): (LogicalPlan, RDD[_]) =
+  def localCheckpoint(session: SparkSession, plan: LogicalPlan): (LogicalPlan, RDD[_]) = {
+    val relation = checkpointRelation(session, plan)
+    (relation, relation.rdd)
+  }
+
+  /**
+   * `plan` as a lazily materialized reliable checkpoint written to the folder `dir`: built like
+   * [[localCheckpoint]] (its blocks are kept while the job that fills it runs, so writing the files
+   * reads them instead of computing the plan again), then, once that job has filled it, written to
+   * `dir` and read from there; its blocks are dropped. Unlike `Dataset.checkpoint`, the folder is
+   * memphis's own, not `SparkContext.checkpointDir`, which belongs to the user.
+   */
+  def reliableCheckpoint(session: SparkSession, plan: LogicalPlan, dir: String): (LogicalPlan, RDD[_]) = {
+    val relation = checkpointRelation(session, plan)
+    relation.rdd.checkpointData = Some(new FolderCheckpointData(relation.rdd, dir))
+    (relation, relation.rdd)
+  }
+
+  private def checkpointRelation(session: SparkSession, plan: LogicalPlan): LogicalRDD =
     org.apache.spark.sql.classic.Dataset.ofRows(classic(session), plan).localCheckpoint(eager = false)
       .logicalPlan match {
-      case r: LogicalRDD => (r, r.rdd)
+      case r: LogicalRDD => r
       case other => throw new IllegalStateException(s"localCheckpoint made ${other.nodeName}, not a LogicalRDD")
     }
+
+  /** Writes an RDD to `dir` after the first job that computes it (Spark calls `doCheckpoint` then). */
+  private final class FolderCheckpointData[T: ClassTag](@transient private val rdd: RDD[T], dir: String)
+      extends RDDCheckpointData[T](rdd) {
+    override protected def doCheckpoint(): CheckpointRDD[T] = {
+      val written = ReliableCheckpointRDD.writeRDDToCheckpointDirectory(rdd, dir)
+      rdd.unpersist(blocking = false)
+      written
+    }
+  }
 
   /**
    * A fresh instance of a checkpoint's relation whose output carries the expression ids of `output`
