@@ -118,7 +118,10 @@ def session(master: str = "local[*]", app_name: str = "memphis", **options):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark_confs = {k: v for k, v in options.items() if k.startswith("spark.") and not k.startswith(CONF_PREFIX)}
     memphis_options = {k: v for k, v in options.items() if k not in spark_confs}
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder
+    # PySpark's builders share one dict of options: what a rejected start set must not outlive it.
+    before = dict(builder._options)
+    builder.master(master).appName(app_name)
     for key, value in spark_confs.items():
         builder.config(key, conf_value(value))
     configure_spark(builder, **memphis_options)
@@ -128,6 +131,14 @@ def session(master: str = "local[*]", app_name: str = "memphis", **options):
         reason = _memphis_rejection(e)
         if reason is None:
             raise
+        # The first context of a process launches the JVM with its confs as system properties,
+        # which every later context of that JVM would inherit: the rejected values go too.
+        jvm = SparkContext._jvm
+        for key, value in builder._options.items():
+            if key.startswith(CONF_PREFIX) and jvm is not None and jvm.System.getProperty(key) == str(value):
+                jvm.System.clearProperty(key)
+        builder._options.clear()
+        builder._options.update(before)
         if SparkContext._active_spark_context is not None:
             # Its conf is fixed: no session can start on it, so free it for a corrected retry.
             SparkContext._active_spark_context.stop()
