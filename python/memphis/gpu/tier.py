@@ -347,7 +347,10 @@ class GpuTier:
     def _evicted(self, entry: Entry, host, result, error):
         """On the copy stream: the copy of an evicting entry is over; the host tier takes the value."""
         if error is None:
-            host.put(entry.key, result, item=entry.item, opcode=entry.opcode, cost_s=entry.cost_s)
+            try:
+                host.put(entry.key, result, item=entry.item, opcode=entry.opcode, cost_s=entry.cost_s)
+            except Exception as failed:  # the entry leaves all the same, or _evict would wait forever
+                error = failed
         with self._cond:
             self._evicting -= 1
             self._counts["evicted_to_host" if error is None else "gpu_deleted"] += 1

@@ -101,7 +101,9 @@ class DiskTier:
     pandas frames). Each file is a header (magic, format, length, key, blake2b-256 of the payload)
     followed by the payload; writes go to a temp file in the same directory, then ``os.replace``.
     A file whose header or checksum does not match is deleted and counted in ``corrupt``; the
-    caller recomputes. When the directory cannot be written, the value is dropped (logged once).
+    caller recomputes. A write that fails for any reason (directory full, gone or unwritable, a
+    key that is not 32 hex digits) stores nothing, is counted in ``failed_writes`` and the value is
+    dropped; the first failure is logged as a warning, later ones at debug level.
 
     Examples
     --------
@@ -115,11 +117,11 @@ class DiskTier:
         self.max_bytes = int(max_bytes)
         self.write_bytes_per_s = INITIAL_WRITE_BYTES_PER_S
         self.read_bytes_per_s = INITIAL_READ_BYTES_PER_S
-        self.corrupt = 0
+        self.corrupt = 0  # files found corrupt or foreign on read; guarded by _lock
+        self.failed_writes = 0  # guarded by _lock
         self._lock = threading.Lock()
         self._files = {}  # key -> (path, size in bytes, eviction score); guarded by _lock
         self.bytes_held = 0  # sum of the sizes in _files; guarded by _lock
-        self._failure_logged = False
         atexit.register(shutil.rmtree, self.directory, True)
 
     def close(self):
@@ -134,19 +136,21 @@ class DiskTier:
         return size / self.write_bytes_per_s + size / self.read_bytes_per_s
 
     def _path(self, key: str, fmt: str) -> str:
-        if not KEY_PATTERN.fullmatch(key):
-            raise ValueError("disk keys are 32 hex digits")
+        # The name is the key alone, and a key is 32 hex digits: nothing can point outside the directory.
+        if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
+            raise ValueError(f"disk key {key!r}: expected 32 lowercase hex digits")
         return os.path.join(self.directory, f"{key}.{'arrow' if fmt == 'pandas' else fmt}")
 
     def write(self, key: str, value, *, score: float):
-        """Stores ``value``; returns (stored, keys evicted to make room)."""
+        """Stores ``value``; returns (stored, keys evicted to make room). Never raises: a failed write
+        stores nothing and leaves no file behind."""
         fmt = spill_format(value)
         if fmt is None:
             return False, []
-        path = self._path(key, fmt)
         start = time.perf_counter()
-        temp = None
+        temp, evicted = None, []
         try:
+            path = self._path(key, fmt)
             fd, temp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")  # 0600
             with os.fdopen(fd, "wb") as f:
                 f.write(bytes(HEADER_BYTES))
@@ -164,13 +168,20 @@ class DiskTier:
                 os.replace(temp, path)
                 self._files[key] = (path, size, score)
                 self.bytes_held += size
-        except (OSError, ValueError, TypeError) as error:
-            if temp and os.path.exists(temp):
-                os.unlink(temp)
-            if not self._failure_logged:
-                log.warning("memphis.local: cannot spill to %s (%s); evicted values are dropped", self.directory, error)
-                self._failure_logged = True
-            return False, []
+        except Exception as error:  # a full or vanished disk, a serializer's error: drop, never fail the caller
+            if temp:
+                try:
+                    os.unlink(temp)
+                except OSError:
+                    pass
+            with self._lock:
+                self.failed_writes += 1
+                first = self.failed_writes == 1
+            # Once as a warning: a full disk would otherwise log on every eviction.
+            log.log(logging.WARNING if first else logging.DEBUG, "memphis.local: cannot spill to %s (%s: %s); "
+                    "evicted values are dropped and recomputed when asked for again", self.directory,
+                    type(error).__name__, error)
+            return False, evicted  # files evicted before the failure are gone all the same
         self.write_bytes_per_s = self._learn(self.write_bytes_per_s, size, time.perf_counter() - start)
         log.debug("spilled %s (%d bytes) to disk", key, size)
         return True, evicted
