@@ -11,7 +11,7 @@ from memphis.local.host import size_of
 from memphis.local.lineage import LineageItem, Untraceable, encode
 
 log = logging.getLogger("memphis.local")
-COUNTERS = ("broadcast_hits", "broadcasts", "broadcasts_evicted", "bytes_held_broadcast")
+COUNTERS = ("broadcast_hits", "broadcasts", "broadcasts_evicted", "broadcasts_refused", "bytes_held_broadcast")
 
 
 @dataclass
@@ -19,6 +19,7 @@ class _Held:
     broadcast: object  # pyspark.Broadcast
     size: int
     context: object  # the SparkContext it belongs to
+    item: LineageItem  # the value's lineage: compared on a hit, so equal hashes alone serve nothing
 
 
 class BroadcastRegistry:
@@ -35,10 +36,20 @@ class BroadcastRegistry:
         self._counts = Counter({name: 0 for name in COUNTERS if not name.startswith("bytes_held_")})
 
     def broadcast(self, spark, value):
-        key = _key_of(value)
+        if not (hasattr(spark, "sparkContext") and hasattr(spark, "conf")):
+            raise TypeError(f"memphis.broadcast: spark={spark!r} is a {type(spark).__name__}; expected a "
+                            "pyspark.sql.SparkSession (classic, with a SparkContext)")
+        item = _item_of(value)
+        key = item.key if item is not None else None
         context = spark.sparkContext
         with self._lock:
             held = self._held.get(key) if key else None
+            if held is not None and held.item != item:
+                # Same hash, another lineage: never serve it; this value is broadcast without being kept.
+                self._counts["broadcasts_refused"] += 1
+                log.warning("memphis.broadcast: key %s collides with another value's lineage; broadcast "
+                            "without reuse", key)
+                key = held = None
             if held is not None and held.context is context and held.broadcast._jbroadcast.isValid():
                 self._held.move_to_end(key)
                 self._counts["broadcast_hits"] += 1
@@ -57,7 +68,7 @@ class BroadcastRegistry:
             if size > budget:
                 log.debug("broadcast %s not kept: %d bytes exceed the budget of %d", key, size, budget)
                 return bc
-            self._held[key] = _Held(bc, size, context)
+            self._held[key] = _Held(bc, size, context, item)
             while sum(h.size for h in self._held.values()) > budget:
                 _, oldest = self._held.popitem(last=False)
                 self._counts["broadcasts_evicted"] += 1
@@ -77,8 +88,8 @@ class BroadcastRegistry:
                 h.broadcast.destroy()
 
 
-def _key_of(value):
-    """The lineage key of ``value`` (traced arrays by their item, raw data by content), or None."""
+def _item_of(value):
+    """The lineage item of ``value`` (traced arrays by their item, raw data by content), or None."""
     inputs = []
     try:
         form = encode(value, inputs)
@@ -86,7 +97,7 @@ def _key_of(value):
         log.debug("broadcast without reuse: %s", reason)
         return None
     item = LineageItem("broadcast", inputs=inputs, literals=(form,))
-    return item.key if item.deterministic else None
+    return item if item.deterministic else None
 
 
 def _size_of(value) -> int:
@@ -107,7 +118,10 @@ def broadcast(spark, value):
     (new content, new lineage) is broadcast anew. A value without a key (an arbitrary object) is
     broadcast each time. Held broadcasts stay within ``spark.memphis.broadcast.maxBytes`` (default
     1g), least recently used out first; ``local_broadcast_hits``, ``local_broadcasts`` and
-    ``bytes_held_broadcast`` in :func:`memphis.stats` count them. :func:`memphis.clear` destroys
+    ``bytes_held_broadcast`` in :func:`memphis.stats` count them. A held broadcast is served only
+    when its lineage equals the value's structurally (opcode, literals and inputs, not the hash
+    alone); a value whose hash collides with another's is broadcast without reuse and counted in
+    ``local_broadcasts_refused``. :func:`memphis.clear` destroys
     them: do not destroy one yourself while memphis holds it, nor use one after a clear.
 
     Examples
