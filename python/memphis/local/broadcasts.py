@@ -37,7 +37,7 @@ class BroadcastRegistry:
 
     def broadcast(self, spark, value):
         if not (hasattr(spark, "sparkContext") and hasattr(spark, "conf")):
-            raise TypeError(f"memphis.broadcast: spark={spark!r} is a {type(spark).__name__}; expected a "
+            raise TypeError(f"memphis.broadcast: spark={spark!r} (type {type(spark).__name__}); expected a "
                             "pyspark.sql.SparkSession (classic, with a SparkContext)")
         item = _item_of(value)
         key = item.key if item is not None else None
@@ -63,8 +63,8 @@ class BroadcastRegistry:
             if key is None:
                 return bc
             size = _size_of(payload)
-            budget = config.parse_bytes(spark.conf.get(config.BROADCAST_MAX_BYTES, config.DEFAULTS[
-                config.BROADCAST_MAX_BYTES]))
+            budget = config.checked(config.BROADCAST_MAX_BYTES, spark.conf.get(
+                config.BROADCAST_MAX_BYTES, config.DEFAULTS[config.BROADCAST_MAX_BYTES]), config.parse_bytes)
             if size > budget:
                 log.debug("broadcast %s not kept: %d bytes exceed the budget of %d", key, size, budget)
                 return bc
