@@ -62,8 +62,8 @@ def reuse(function=None, *, version=None):
     if function is None:
         return functools.partial(reuse, version=version)
     if not callable(function):
-        raise TypeError(f"memphis.reuse: {function!r} (type {type(function).__name__}) is not callable; expected a function "
-                        "(use @memphis.reuse or @memphis.reuse(version=...))")
+        raise TypeError(f"memphis.reuse: {function!r} (type {type(function).__name__}) is not callable; expected "
+                        "a function (use @memphis.reuse or @memphis.reuse(version=...))")
     signature = inspect.signature(function)
     qualified = f"{function.__module__}.{function.__qualname__}"
 
