@@ -80,11 +80,19 @@ def run_all(actions, *, max_parallel: int = None, pool: str = "memphis") -> list
     ... except memphis.RunAllError as e:
     ...     results = e.results  # [rows of base, ActionFailed(index=1, exception=ZeroDivisionError(...))]
     """
+    if isinstance(actions, (str, bytes)) or not hasattr(actions, "__iter__"):
+        raise TypeError(f"actions={actions!r}: expected an iterable of DataFrames or zero-argument callables")
     actions = list(actions)
+    for i, action in enumerate(actions):
+        if not (_is_dataframe(action) or callable(action)):
+            raise TypeError(f"actions[{i}]={action!r}: expected a DataFrame or a zero-argument callable")
+    if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int)
+                                     or max_parallel < 1):
+        raise ValueError(f"max_parallel={max_parallel!r}: expected a positive whole number, or None for all")
+    if pool is not None and not isinstance(pool, str):
+        raise TypeError(f"pool={pool!r}: expected the name of a scheduler pool (a string), or None")
     if not actions:
         return []
-    if max_parallel is not None and max_parallel < 1:
-        raise ValueError(f"max_parallel={max_parallel!r}: expected a positive number")
     frames = {i: a for i, a in enumerate(actions) if _is_dataframe(a)}
     heads = _persist_shared(frames)
     order = heads + [i for i in frames if i not in heads] + [i for i in range(len(actions)) if i not in frames]

@@ -161,14 +161,15 @@ def stats(spark) -> dict:
 
     Spark tier (what ``SELECT * FROM memphis_stats()`` shows): hits, misses, persisted,
     materialized, evicted, invalidated, refused, bytes_held, compute_saved_ms, shuffles_retained,
-    shuffles_reused and storage_budget_bytes. Driver tiers (:mod:`memphis.local`), prefixed ``local_``: local_hits,
-    local_partial_hits, local_misses, local_computed, local_evicted, local_spilled, local_reloaded,
-    local_refused, local_corrupt, local_compute_saved_ms; and bytes_held_host, bytes_held_disk. GPU
-    tier (:mod:`memphis.gpu`, zeros without one): local_gpu_hits, local_gpu_misses,
-    local_recycled_allocations, local_fresh_allocations, local_evicted_to_host, local_gpu_deleted,
-    local_eviction_time_ms, local_copies_to_device, local_copies_to_host; and bytes_held_gpu.
+    shuffles_reused and storage_budget_bytes. Driver tiers (:mod:`memphis.local`), prefixed
+    ``local_``: local_hits, local_partial_hits, local_misses, local_computed, local_evicted, local_spilled, local_reloaded,
+    local_refused, local_corrupt, local_spill_failed, local_internal_errors, local_compute_saved_ms;
+    and bytes_held_host, bytes_held_disk. GPU tier (:mod:`memphis.gpu`, zeros without one):
+    local_gpu_hits, local_gpu_misses, local_recycled_allocations, local_fresh_allocations,
+    local_evicted_to_host, local_gpu_deleted, local_eviction_time_ms, local_copies_to_device,
+    local_copies_to_host; and bytes_held_gpu.
     Broadcasts of :func:`memphis.broadcast`: local_broadcast_hits, local_broadcasts,
-    local_broadcasts_early, local_broadcasts_evicted and bytes_held_broadcast.
+    local_broadcasts_early, local_broadcasts_evicted, local_broadcasts_refused and bytes_held_broadcast.
 
     Examples
     --------

@@ -24,9 +24,11 @@ def _device(device, capacity_bytes, copy_bytes_per_s):
     if device not in DEVICES:
         raise ValueError(f"device={device!r}: expected one of {', '.join(DEVICES)} or a memphis.gpu.Device")
     if device == "simulated":
-        extra = {} if copy_bytes_per_s is None else {"copy_bytes_per_s": copy_bytes_per_s}
-        return SimulatedDevice(capacity_bytes=local_config.parse_bytes(capacity_bytes or SIMULATED_CAPACITY_BYTES),
-                               **extra)
+        extra = {} if copy_bytes_per_s is None else {
+            "copy_bytes_per_s": local_config.checked("copy_bytes_per_s", copy_bytes_per_s, _rate)}
+        capacity = local_config.checked("capacity_bytes", capacity_bytes or SIMULATED_CAPACITY_BYTES,
+                                        local_config.parse_bytes)
+        return SimulatedDevice(capacity_bytes=capacity, **extra)
     if device == "none":
         return None
     usable, why = cupy_device.usable()
@@ -37,6 +39,13 @@ def _device(device, capacity_bytes, copy_bytes_per_s):
     return None
 
 
+def _rate(value) -> float:
+    """A positive, finite number of bytes per second."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError("expected a positive number of bytes per second, such as 12e9")
+    return float(value)
+
+
 def configure(*, device="auto", memory_fraction=None, budget_bytes=None, capacity_bytes=None, copy_bytes_per_s=None):
     """Replaces the GPU tier (its entries are dropped) with one on ``device``; returns it, or None.
 
@@ -44,7 +53,9 @@ def configure(*, device="auto", memory_fraction=None, budget_bytes=None, capacit
     ``"cupy"``, ``"simulated"`` (a :class:`SimulatedDevice` of ``capacity_bytes``, default 1g,
     copying at ``copy_bytes_per_s``), ``"none"``, or a :class:`Device`. The budget is
     ``memory_fraction`` (default: the active Spark session's ``spark.memphis.gpu.memoryFraction``,
-    else 0.9) of the device's free memory now; ``budget_bytes`` sets it outright instead.
+    else 0.9) of the device's free memory now; ``budget_bytes`` sets it outright instead. A value
+    of another kind raises ValueError naming the argument, the value and what is allowed, before
+    anything is replaced.
 
     Examples
     --------
@@ -53,7 +64,10 @@ def configure(*, device="auto", memory_fraction=None, budget_bytes=None, capacit
     33554432
     """
     global _resolved
-    fraction = local_config.fraction(local_config.setting(local_config.GPU_MEMORY_FRACTION, memory_fraction))
+    fraction = local_config.resolved(local_config.GPU_MEMORY_FRACTION, "memory_fraction", memory_fraction,
+                                     local_config.fraction)
+    if budget_bytes is not None:
+        budget_bytes = local_config.checked("budget_bytes", budget_bytes, local_config.parse_bytes)
     chosen = _device(device, capacity_bytes, copy_bytes_per_s)
     with _lock:
         old, device_backend.active = device_backend.active, None
@@ -61,7 +75,7 @@ def configure(*, device="auto", memory_fraction=None, budget_bytes=None, capacit
         old.close()
     tier = None
     if chosen is not None:
-        budget = local_config.parse_bytes(budget_bytes) if budget_bytes is not None else int(fraction * chosen.free_bytes())
+        budget = budget_bytes if budget_bytes is not None else int(fraction * chosen.free_bytes())
         tier = GpuTier(device=chosen, budget_bytes=budget, host=local_config.tier)
     with _lock:
         device_backend.active, _resolved = tier, True

@@ -346,12 +346,18 @@ class GpuTier:
 
     def _evicted(self, entry: Entry, host, result, error):
         """On the copy stream: the copy of an evicting entry is over; the host tier takes the value."""
-        if error is None:
-            host.put(entry.key, result, item=entry.item, opcode=entry.opcode, cost_s=entry.cost_s)
+        # Only the text of a failure is kept: a kept exception would hold the copy's frames, and with
+        # them the device array, until the garbage collector breaks the cycle.
+        failure = None if error is None else repr(error)
+        if failure is None:
+            try:
+                host.put(entry.key, result, item=entry.item, opcode=entry.opcode, cost_s=entry.cost_s)
+            except Exception as failed:  # the entry leaves all the same, or _evict would wait forever
+                failure = repr(failed)
         with self._cond:
             self._evicting -= 1
-            self._counts["evicted_to_host" if error is None else "gpu_deleted"] += 1
-            self._release(entry, "evicted to the host tier" if error is None else f"copy to host failed: {error}")
+            self._counts["evicted_to_host" if failure is None else "gpu_deleted"] += 1
+            self._release(entry, "evicted to the host tier" if failure is None else f"copy to host failed: {failure}")
 
     # --- reading and resetting the tier --------------------------------------------------------
 

@@ -107,6 +107,8 @@ def wrap(value, item: LineageItem):
 
 
 def _plain(function, args, kwargs, why):
+    if isinstance(why, Untraceable):  # an argument without a lineage: a refused reuse, not an error
+        config.tier().count("refused")
     log.debug("untraced %s (%s): runs as plain numpy, no reuse", getattr(function, "__name__", function), why)
     return function(*_unwrap(args), **_unwrap(kwargs))
 
@@ -257,8 +259,15 @@ def array(value) -> TracedArray:
     device = device_backend.device_of(value)
     if device is not None:  # hashed through a host copy: the key of the same data on the host
         return TracedArray(value, array_leaf(device.copy_to_host(value)))
+    kind = type(value).__name__
     value = np.asarray(value)
-    return TracedArray(numpy_backend.read_only_view(value), array_leaf(value))
+    try:
+        leaf = array_leaf(value)
+    except Untraceable:
+        raise TypeError(f"memphis.array: value of type {kind} becomes an array of dtype object, which has no content "
+                        "hash; expected a numpy array of numbers, booleans or strings (or data "
+                        "np.asarray turns into one), or a device array") from None
+    return TracedArray(numpy_backend.read_only_view(value), leaf)
 
 
 def _creation(opcode: str, make, deterministic: bool = True, **arguments) -> TracedArray:

@@ -13,7 +13,8 @@ from memphis.local.host import size_of
 from memphis.local.lineage import LineageItem, Untraceable, encode
 
 log = logging.getLogger("memphis.local")
-COUNTERS = ("broadcast_hits", "broadcasts", "broadcasts_early", "broadcasts_evicted", "bytes_held_broadcast")
+COUNTERS = ("broadcast_hits", "broadcasts", "broadcasts_early", "broadcasts_evicted", "broadcasts_refused",
+            "bytes_held_broadcast")
 
 
 @dataclass
@@ -21,6 +22,7 @@ class _Held:
     broadcast: object  # pyspark.Broadcast
     size: int
     context: object  # the SparkContext it belongs to
+    item: LineageItem  # the value's lineage: compared on a hit, so equal hashes alone serve nothing
 
 
 class BroadcastRegistry:
@@ -37,19 +39,29 @@ class BroadcastRegistry:
         self._counts = Counter({name: 0 for name in COUNTERS if not name.startswith("bytes_held_")})
 
     def broadcast(self, spark, value, wait=True):
-        key = _key_of(value)  # here, in the caller's thread: the key of the value as it was passed
+        if not (hasattr(spark, "sparkContext") and hasattr(spark, "conf")):
+            raise TypeError(f"memphis.broadcast: spark={spark!r} (type {type(spark).__name__}); expected a "
+                            "pyspark.sql.SparkSession (classic, with a SparkContext)")
+        item = _item_of(value)  # here, in the caller's thread: the lineage of the value as it was passed
         if wait:
-            return self._broadcast(spark, value, key)
+            return self._broadcast(spark, value, item)
         if isinstance(value, np.ndarray) and value.flags.writeable:
             value = value.copy()  # the caller may change its array while the broadcast is built
-        log.debug("broadcast %s started in the background (wait=False)", key)
-        return background.submit(self._broadcast, spark, value, key, early=True)
+        log.debug("broadcast %s started in the background (wait=False)", item.key if item else None)
+        return background.submit(self._broadcast, spark, value, item, early=True)
 
-    def _broadcast(self, spark, value, key, early=False):
+    def _broadcast(self, spark, value, item, early=False):
+        key = item.key if item is not None else None
         context = spark.sparkContext
         with self._lock:
             self._counts["broadcasts_early"] += early
             held = self._held.get(key) if key else None
+            if held is not None and held.item != item:
+                # Same hash, another lineage: never serve it; this value is broadcast without being kept.
+                self._counts["broadcasts_refused"] += 1
+                log.warning("memphis.broadcast: key %s collides with another value's lineage; broadcast "
+                            "without reuse", key)
+                key = held = None
             if held is not None and held.context is context and held.broadcast._jbroadcast.isValid():
                 self._held.move_to_end(key)
                 self._counts["broadcast_hits"] += 1
@@ -63,12 +75,12 @@ class BroadcastRegistry:
             if key is None:
                 return bc
             size = _size_of(payload)
-            budget = config.parse_bytes(spark.conf.get(config.BROADCAST_MAX_BYTES, config.DEFAULTS[
-                config.BROADCAST_MAX_BYTES]))
+            budget = config.checked(config.BROADCAST_MAX_BYTES, spark.conf.get(
+                config.BROADCAST_MAX_BYTES, config.DEFAULTS[config.BROADCAST_MAX_BYTES]), config.parse_bytes)
             if size > budget:
                 log.debug("broadcast %s not kept: %d bytes exceed the budget of %d", key, size, budget)
                 return bc
-            self._held[key] = _Held(bc, size, context)
+            self._held[key] = _Held(bc, size, context, item)
             while sum(h.size for h in self._held.values()) > budget:
                 _, oldest = self._held.popitem(last=False)
                 self._counts["broadcasts_evicted"] += 1
@@ -88,8 +100,8 @@ class BroadcastRegistry:
                 h.broadcast.destroy()
 
 
-def _key_of(value):
-    """The lineage key of ``value`` (traced arrays by their item, raw data by content), or None."""
+def _item_of(value):
+    """The lineage item of ``value`` (traced arrays by their item, raw data by content), or None."""
     inputs = []
     try:
         form = encode(value, inputs)
@@ -97,7 +109,7 @@ def _key_of(value):
         log.debug("broadcast without reuse: %s", reason)
         return None
     item = LineageItem("broadcast", inputs=inputs, literals=(form,))
-    return item.key if item.deterministic else None
+    return item if item.deterministic else None
 
 
 def _size_of(value) -> int:
@@ -118,7 +130,10 @@ def broadcast(spark, value, *, wait=True):
     (new content, new lineage) is broadcast anew. A value without a key (an arbitrary object) is
     broadcast each time. Held broadcasts stay within ``spark.memphis.broadcast.maxBytes`` (default
     1g), least recently used out first; ``local_broadcast_hits``, ``local_broadcasts`` and
-    ``bytes_held_broadcast`` in :func:`memphis.stats` count them. :func:`memphis.clear` destroys
+    ``bytes_held_broadcast`` in :func:`memphis.stats` count them. A held broadcast is served only
+    when its lineage equals the value's structurally (opcode, literals and inputs, not the hash
+    alone); a value whose hash collides with another's is broadcast without reuse and counted in
+    ``local_broadcasts_refused``. :func:`memphis.clear` destroys
     them: do not destroy one yourself while memphis holds it, nor use one after a clear.
 
     With ``wait=False`` (early broadcast) the value is keyed now and the broadcast is built in a

@@ -4,7 +4,7 @@ The confs are declared on the JVM side (io.memphis.MemphisConf) with these defau
 meanings; values are parsed by the same rules, so a value the session accepts means the same here.
 """
 import getpass
-import logging
+import math
 import os
 import re
 import sys
@@ -13,8 +13,6 @@ import threading
 
 from memphis.local.disk import DiskTier
 from memphis.local.host import HostTier
-
-log = logging.getLogger("memphis.local")
 
 HOST_MAX_BYTES = "spark.memphis.host.maxBytes"
 DISK_DIR = "spark.memphis.disk.dir"
@@ -41,10 +39,10 @@ def parse_bytes(text) -> int:
     """
     if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
         return text
-    match = _BYTE_SIZE.fullmatch(str(text))
+    match = _BYTE_SIZE.fullmatch(text) if isinstance(text, str) else None
     if not match:
-        raise ValueError(f"not a byte size: {text!r}; expected a whole number with an optional unit "
-                         "k, m, g, t or p, such as 512m or 4g")
+        raise ValueError("expected a byte size: a whole number with an optional unit k, m, g, t or p, "
+                         "such as 512m or 4g")
     number, unit = match.groups()
     return int(number) << (10 * "_kmgtp".index(unit.lower() or "_"))
 
@@ -59,7 +57,10 @@ def host_budget(value) -> int:
 
 def disk_root(value) -> str:
     """The directory that a disk.dir value means: empty is ``memphis-<user>`` under the system temp dir."""
-    return value.strip() or os.path.join(tempfile.gettempdir(), f"memphis-{getpass.getuser()}")
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(path, str):
+        raise TypeError("expected a directory path (a string); empty for memphis-<user> under the temp dir")
+    return path.strip() or os.path.join(tempfile.gettempdir(), f"memphis-{getpass.getuser()}")
 
 
 def fraction(value) -> float:
@@ -70,10 +71,29 @@ def fraction(value) -> float:
     >>> fraction("0.9")
     0.9
     """
-    number = float(value)
-    if not 0 < number <= 1:
-        raise ValueError(f"not a fraction in (0, 1]: {value!r}")
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not 0 < number <= 1:  # NaN fails too
+        raise ValueError("expected a fraction in (0, 1], such as 0.9")
     return number
+
+
+def seconds(value) -> float:
+    """A non-negative, finite number of seconds."""
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not 0 <= number < math.inf:
+        raise ValueError("expected a non-negative number of seconds, such as 0.001")
+    return number
+
+
+def checked(name: str, value, parse):
+    """``parse(value)``; a value it rejects raises ValueError naming ``name``, the value and what is allowed."""
+    try:
+        return parse(value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name}={value!r}: {error}") from None
 
 
 def setting(name, given):
@@ -89,15 +109,21 @@ def setting(name, given):
     return DEFAULTS[name]
 
 
+def resolved(conf: str, argument: str, given, parse):
+    """``given`` (the argument named ``argument``), else ``conf``'s setting, parsed; a bad value
+    raises ValueError naming where it came from."""
+    return checked(argument, given, parse) if given is not None else checked(conf, setting(conf, None), parse)
+
+
 def _from_confs(host, directory, disk_max, min_cost_s) -> HostTier:
-    disk_bytes = parse_bytes(setting(DISK_MAX_BYTES, disk_max))
-    disk = None
-    if disk_bytes:  # 0 turns spilling off
-        try:
-            disk = DiskTier(root=disk_root(setting(DISK_DIR, directory)), max_bytes=disk_bytes)
-        except OSError as error:
-            log.warning("memphis.local: no disk tier (%s); evicted values are dropped", error)
-    return HostTier(max_bytes=host_budget(setting(HOST_MAX_BYTES, host)), disk=disk, min_cost_s=min_cost_s)
+    host_bytes = resolved(HOST_MAX_BYTES, "host_max_bytes", host, host_budget)
+    disk_bytes = resolved(DISK_MAX_BYTES, "disk_max_bytes", disk_max, parse_bytes)
+    root = resolved(DISK_DIR, "disk_dir", directory, disk_root)
+    if min_cost_s is not None:
+        min_cost_s = checked("min_cost_s", min_cost_s, seconds)
+    # An unusable directory shows on the first spill: counted in spill_failed, warned once.
+    disk = DiskTier(root=root, max_bytes=disk_bytes) if disk_bytes else None  # 0 turns spilling off
+    return HostTier(max_bytes=host_bytes, disk=disk, min_cost_s=min_cost_s)
 
 
 def configure(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, min_cost_s: float = None) -> HostTier:
@@ -107,7 +133,9 @@ def configure(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, min_co
     ``0``: a quarter of the driver's physical RAM), ``spark.memphis.disk.dir`` (default empty:
     ``memphis-<user>`` under the system temp dir) and ``spark.memphis.disk.maxBytes`` (default
     ``10g``; ``0`` turns spilling off). ``min_cost_s``: traced results that took less are not
-    cached; by default the tier's measured probe+store time (0 caches all; tests use it).
+    cached; by default the tier's measured probe+store time (0 caches all; tests use it). A value
+    that is not one of these kinds raises ValueError naming the argument (or the conf), the value
+    and what is allowed; nothing is replaced then.
 
     Examples
     --------

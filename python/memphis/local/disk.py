@@ -96,12 +96,16 @@ def private_dir(path: str) -> str:
 class DiskTier:
     """Spilled values, one file per key, under a budget.
 
-    Files live in a fresh per-process directory (0700) under ``root`` (itself made 0700), are 0600, and are named by the key only (32 hex digits plus the
+    Files live in a fresh per-process directory (0700, made on the first write) under ``root``
+    (itself made 0700, and refused when it is a link or another user's), are 0600, and are named by
+    the key only (32 hex digits plus the
     format: ``.npy`` for arrays, ``.npz`` for tuples of arrays, ``.arrow`` for Arrow tables and
     pandas frames). Each file is a header (magic, format, length, key, blake2b-256 of the payload)
     followed by the payload; writes go to a temp file in the same directory, then ``os.replace``.
     A file whose header or checksum does not match is deleted and counted in ``corrupt``; the
-    caller recomputes. When the directory cannot be written, the value is dropped (logged once).
+    caller recomputes. A write that fails for any reason (directory full, gone or unwritable, a
+    key that is not 32 hex digits) stores nothing, is counted in ``failed_writes`` and the value is
+    dropped; the first failure is logged as a warning, later ones at debug level.
 
     Examples
     --------
@@ -111,20 +115,28 @@ class DiskTier:
     """
 
     def __init__(self, *, root: str, max_bytes: int):
-        self.directory = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=private_dir(root))  # 0700, ours alone
+        self.root = root
+        self.directory = None  # made on the first write, so that an unusable root fails like a full disk
         self.max_bytes = int(max_bytes)
         self.write_bytes_per_s = INITIAL_WRITE_BYTES_PER_S
         self.read_bytes_per_s = INITIAL_READ_BYTES_PER_S
-        self.corrupt = 0
+        self.corrupt = 0  # files found corrupt or foreign on read; guarded by _lock
+        self.failed_writes = 0  # guarded by _lock
         self._lock = threading.Lock()
         self._files = {}  # key -> (path, size in bytes, eviction score); guarded by _lock
         self.bytes_held = 0  # sum of the sizes in _files; guarded by _lock
-        self._failure_logged = False
-        atexit.register(shutil.rmtree, self.directory, True)
+
+    def _made_directory(self) -> str:
+        """The spill directory, made now when it is not yet (holds _lock)."""
+        if self.directory is None:
+            self.directory = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=private_dir(self.root))  # 0700
+            atexit.register(shutil.rmtree, self.directory, True)
+        return self.directory
 
     def close(self):
         """Deletes the directory and its files (also at exit)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
         with self._lock:
             self._files.clear()
             self.bytes_held = 0
@@ -133,21 +145,26 @@ class DiskTier:
         """Estimated time to write ``size`` bytes and read them back."""
         return size / self.write_bytes_per_s + size / self.read_bytes_per_s
 
-    def _path(self, key: str, fmt: str) -> str:
-        if not KEY_PATTERN.fullmatch(key):
-            raise ValueError("disk keys are 32 hex digits")
-        return os.path.join(self.directory, f"{key}.{'arrow' if fmt == 'pandas' else fmt}")
+    @staticmethod
+    def _path(directory: str, key: str, fmt: str) -> str:
+        # The name is the key alone, and a key is 32 hex digits: nothing can point outside the directory.
+        if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
+            raise ValueError(f"disk key {key!r}: expected 32 lowercase hex digits")
+        return os.path.join(directory, f"{key}.{'arrow' if fmt == 'pandas' else fmt}")
 
     def write(self, key: str, value, *, score: float):
-        """Stores ``value``; returns (stored, keys evicted to make room)."""
+        """Stores ``value``; returns (stored, keys evicted to make room). Never raises: a failed write
+        stores nothing and leaves no file behind."""
         fmt = spill_format(value)
         if fmt is None:
             return False, []
-        path = self._path(key, fmt)
         start = time.perf_counter()
-        temp = None
+        temp, evicted = None, []
         try:
-            fd, temp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")  # 0600
+            with self._lock:
+                directory = self._made_directory()
+            path = self._path(directory, key, fmt)
+            fd, temp = tempfile.mkstemp(dir=directory, suffix=".tmp")  # 0600
             with os.fdopen(fd, "wb") as f:
                 f.write(bytes(HEADER_BYTES))
                 writer = _HashingWriter(f)
@@ -164,13 +181,20 @@ class DiskTier:
                 os.replace(temp, path)
                 self._files[key] = (path, size, score)
                 self.bytes_held += size
-        except (OSError, ValueError, TypeError) as error:
-            if temp and os.path.exists(temp):
-                os.unlink(temp)
-            if not self._failure_logged:
-                log.warning("memphis.local: cannot spill to %s (%s); evicted values are dropped", self.directory, error)
-                self._failure_logged = True
-            return False, []
+        except Exception as error:  # a full or vanished disk, a serializer's error: drop, never fail the caller
+            if temp:
+                try:
+                    os.unlink(temp)
+                except OSError:
+                    pass
+            with self._lock:
+                self.failed_writes += 1
+                first = self.failed_writes == 1
+            # Once as a warning: a full disk would otherwise log on every eviction.
+            log.log(logging.WARNING if first else logging.DEBUG, "memphis.local: cannot spill to %s (%s: %s); "
+                    "evicted values are dropped and recomputed when asked for again", self.directory or self.root,
+                    type(error).__name__, error)
+            return False, evicted  # files evicted before the failure are gone all the same
         self.write_bytes_per_s = self._learn(self.write_bytes_per_s, size, time.perf_counter() - start)
         log.debug("spilled %s (%d bytes) to disk", key, size)
         return True, evicted

@@ -48,6 +48,12 @@ def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arr
     >>> table = future.result()  # doctest: +SKIP
     >>> X = memphis.collect(df, device="gpu", as_="numpy")  # one host → device copy  # doctest: +SKIP
     """
+    from pyspark.sql import DataFrame
+
+    if not isinstance(df, DataFrame):
+        raise TypeError(f"memphis.collect: df of type {type(df).__name__}; expected a pyspark.sql.DataFrame")
+    if not isinstance(prefetch, bool):
+        raise TypeError(f"prefetch={prefetch!r}: expected True or False")
     if device not in ("host", "gpu"):
         raise ValueError(f"device={device!r}: expected 'host' or 'gpu'")
     if as_ not in FORMATS:

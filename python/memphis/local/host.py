@@ -22,7 +22,7 @@ OVERHEAD_SMOOTHING = 0.1  # weight of the latest miss in the moving average of t
 OVERHEAD_SPIKE_FACTOR = 4  # a miss counts at most this many times the average so far
 
 COUNTERS = ("hits", "partial_hits", "misses", "computed", "evicted", "spilled", "reloaded", "refused",
-            "compute_saved_ms")
+            "internal_errors", "compute_saved_ms")
 
 
 class State(enum.Enum):
@@ -212,23 +212,27 @@ class HostTier:
                 break
         if entry is None:
             return compute()
-        if reload:
-            value = self.disk.read(key)
+        # Whatever fails from here on takes the placeholder out first: waiters wake up and compute
+        # it themselves, and nothing half-made is ever stored.
+        try:
+            value = self.disk.read(key) if reload else None
             if value is not None:
+                self.disk.remove(key)  # back in memory: a second copy on disk would only take room
                 with self._cond:
                     self._counts["reloaded"] += 1
                     log.debug("reloaded %s from disk", key)
                     self._hit(entry)
                     return hand_out(self._store(entry, freeze(value), entry.cost_s, 0.0))
-            with self._cond:
-                entry.misses += 1
-                self._counts["misses"] += 1
-        start = time.perf_counter()
-        try:
+            if reload:
+                with self._cond:
+                    entry.misses += 1
+                    self._counts["misses"] += 1
+            start = time.perf_counter()
             value = freeze(compute())
         except BaseException:
             with self._cond:
-                self._drop(entry, "its computation failed")
+                if entry.state is State.COMPUTING:
+                    self._drop(entry, "its computation failed")
             raise
         computed = time.perf_counter()
         cost = cost_hint if cost_hint is not None else computed - start
@@ -299,6 +303,18 @@ class HostTier:
         return entry.value
 
     def _store(self, entry: Entry, value, cost_s: float, min_cost_s: float):
+        """Caches ``value`` in ``entry`` or drops the entry; returns ``value`` either way."""
+        try:
+            self._place(entry, value, cost_s, min_cost_s)
+        except Exception as error:  # a bug or a broken disk must not fail the caller, who has the value
+            self._counts["internal_errors"] += 1
+            log.warning("memphis.local: could not cache %s (%s: %s); it is recomputed when asked for again",
+                        entry.key, type(error).__name__, error)
+            if entry.state is State.COMPUTING:
+                self._drop(entry, "caching it failed")
+        return value
+
+    def _place(self, entry: Entry, value, cost_s: float, min_cost_s: float):
         entry.cost_s, entry.size = cost_s, size_of(value)
         if entry.size is None:
             self._drop(entry, "its value is of a kind whose size is unknown")
@@ -314,13 +330,12 @@ class HostTier:
             self.bytes_held += entry.size
             self._cond.notify_all()
             log.debug("cached %s (%s): %d bytes, %.3f ms", entry.key, entry.opcode, entry.size, cost_s * 1000)
-        return value
 
     def _drop(self, entry: Entry, reason: str):
         """Removes ``entry`` from the table, keeping its access counts; waiters wake up."""
         if entry.state is State.CACHED:
             self.bytes_held -= entry.size
-        elif entry.state is State.SPILLED and self.disk:
+        if self.disk:  # a spilled value's file, or one left by a reload that failed
             self.disk.remove(entry.key)
         self._move(entry, None)
         entry.value = None
@@ -374,6 +389,7 @@ class HostTier:
             counts["bytes_held_host"] = self.bytes_held
         counts["compute_saved_ms"] = round(counts["compute_saved_ms"], 3)
         counts["corrupt"] = self.disk.corrupt if self.disk else 0
+        counts["spill_failed"] = self.disk.failed_writes if self.disk else 0
         counts["bytes_held_disk"] = self.disk.bytes_held if self.disk else 0
         return counts
 

@@ -57,8 +57,13 @@ def reuse(function=None, *, version=None):
     ... def scaled(X, factor=2.0):
     ...     return X * factor
     """
+    if not (version is None or isinstance(version, (str, int)) and not isinstance(version, bool)):
+        raise TypeError(f"memphis.reuse: version={version!r}: expected a string, an int or None")
     if function is None:
         return functools.partial(reuse, version=version)
+    if not callable(function):
+        raise TypeError(f"memphis.reuse: {function!r} (type {type(function).__name__}) is not callable; expected "
+                        "a function (use @memphis.reuse or @memphis.reuse(version=...))")
     signature = inspect.signature(function)
     qualified = f"{function.__module__}.{function.__qualname__}"
 
