@@ -31,5 +31,8 @@ object CacheStats {
     val ShufflesReused = Value("shuffles_reused")
     val Checkpointed = Value("checkpointed")
     val CheckpointsReleased = Value("checkpoints_released")
+    val BroadcastsRegistered = Value("broadcasts_registered")
+    val BroadcastsReused = Value("broadcasts_reused")
+    val BroadcastsReleased = Value("broadcasts_released")
   }
 }

@@ -77,6 +77,12 @@ object MemphisConf {
     "Bytes of driver values memphis.broadcast keeps broadcast for reuse; the least recently used is let go beyond it.")(
     parseBytes)
 
+  val BroadcastJoinMaxBytes: Entry[Long] = Entry(
+    Prefix + "broadcast.joinMaxBytes", "512m", "a byte size such as 0, 64m or 512m (0 turns cross-query broadcast reuse off)",
+    "Bytes of join broadcasts memphis keeps for later queries to read instead of building them again; " +
+      "the least recently used is let go beyond it.")(
+    parseBytes)
+
   val DiskDir: Entry[String] = Entry(
     Prefix + "disk.dir", "", "a directory path (empty means memphis-<user> under the system temp directory)",
     "Where the disk tier spills host entries; created private to the user (mode 0700).")(
@@ -93,7 +99,7 @@ object MemphisConf {
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
   val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, RetainedShuffles, EvictionPolicyName,
-    LineageMaxListedFiles, CheckpointMinHeight, HostMaxBytes, BroadcastMaxBytes, DiskDir, DiskMaxBytes,
+    LineageMaxListedFiles, CheckpointMinHeight, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes,
     GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
