@@ -7,7 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import memphis
-from conftest import job_count
+from memphis.bench import jobs_in_group
 
 
 def tables(spark, root, partitioned=False):
@@ -35,6 +35,17 @@ def counters(spark):
     return s["broadcasts_registered"], s["broadcasts_reused"], s["broadcasts_released"]
 
 
+def run_in_group(spark, group, action):
+    """``action()`` in a job group: (its result, its Spark jobs, its broadcast-building jobs)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        result = action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return (result, *jobs_in_group(spark, group))
+
+
 def plain(spark, action):
     spark.conf.set("spark.memphis.enabled", "false")
     try:
@@ -55,16 +66,19 @@ def test_the_same_broadcast_is_built_once_across_queries(adaptive, tmp_path):
     fact, dim = tables(spark, str(tmp_path))
     n = 5
     registered, reused, _ = counters(spark)
-    runs = [job_count(spark, f"memphis-{i}", lambda i=i: sorted(query(spark, fact, dim, i).collect())) for i in range(n)]
+    runs = [run_in_group(spark, f"memphis-{i}", lambda i=i: sorted(query(spark, fact, dim, i).collect()))
+            for i in range(n)]
     assert counters(spark)[:2] == (registered + 1, reused + n - 1)
     plan = query(spark, fact, dim, n)._jdf.queryExecution().executedPlan().toString()
     assert "ReusedExchange" in plan and "BroadcastExchange" in plan, plan
-    plain_runs = plain(spark, lambda: [job_count(spark, f"plain-{i}", lambda i=i: sorted(query(spark, fact, dim, i).collect()))
-                                       for i in range(n)])
-    assert [r for r, _ in runs] == [r for r, _ in plain_runs]
-    # Plain Spark runs the broadcast's jobs in every query; memphis only in the first.
-    jobs, plain_jobs = [j for _, j in runs], [j for _, j in plain_runs]
-    assert jobs[0] == plain_jobs[0] and all(j < p for j, p in zip(jobs[1:], plain_jobs[1:])), (jobs, plain_jobs)
+    plain_runs = plain(spark, lambda: [
+        run_in_group(spark, f"plain-{i}", lambda i=i: sorted(query(spark, fact, dim, i).collect())) for i in range(n)])
+    assert [r[0] for r in runs] == [r[0] for r in plain_runs]
+    # Plain Spark builds the broadcast in every query; memphis in the first only, and runs no other job less.
+    broadcast_jobs, plain_broadcast_jobs = [r[2] for r in runs], [r[2] for r in plain_runs]
+    assert plain_broadcast_jobs == [plain_broadcast_jobs[0]] * n and plain_broadcast_jobs[0] > 0
+    assert broadcast_jobs == [plain_broadcast_jobs[0]] + [0] * (n - 1), (runs, plain_runs)
+    assert [r[1] for r in runs] == [p[1] - (p[2] if i else 0) for i, p in enumerate(plain_runs)]
 
 
 def test_a_changed_build_side_is_broadcast_again(adaptive, tmp_path):
@@ -92,13 +106,17 @@ def test_dynamic_partition_pruning_keeps_working(adaptive, tmp_path):
         dims = spark.read.parquet(dim).where("g = 3")  # 20 of 200 partitions
         return facts.join(F.broadcast(dims), "d").groupBy("name").agg(F.sum("v").alias("s"))
 
-    answers = []
+    answers, broadcast_jobs = [], []
     for i in range(3):
         df = pruned(i)
-        answers.append(sorted(df.collect()))
+        rows, _, built = run_in_group(spark, f"pruned-{i}", lambda: sorted(df.collect()))
+        answers.append(rows)
+        broadcast_jobs.append(built)
         plan = df._jdf.queryExecution().executedPlan().toString()
         assert "dynamicpruningexpression" in plan.lower(), plan
-    assert counters(spark)[1] >= 2, "the later queries read the first query's broadcast"
+    # The pruning filter reads the join's broadcast (Spark reuses it within the query), so the later
+    # queries build none: both read the first query's.
+    assert broadcast_jobs[0] > 0 and broadcast_jobs[1:] == [0, 0], broadcast_jobs
     assert answers == plain(spark, lambda: [sorted(pruned(i).collect()) for i in range(3)])
     assert len(answers[0]) == 20
 
