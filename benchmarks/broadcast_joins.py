@@ -38,8 +38,8 @@ def write_data(spark, root, rows, dim_rows):
 
 
 def query(spark, root, i):
-    """Query i: facts of one amount band (a filter below the join) ⋈ products, one aggregate per category."""
-    facts = spark.read.parquet(os.path.join(root, "facts")).where(F.col("amount") >= i % 10 * 5)
+    """Query i: facts above an amount (a filter below the join, distinct per query) ⋈ products, one aggregate per category."""
+    facts = spark.read.parquet(os.path.join(root, "facts")).where(F.col("amount") >= i * 2.5)
     products = spark.read.parquet(os.path.join(root, "products")).where(F.col("category") < 20)
     joined = facts.join(F.broadcast(products), "product")
     return joined.groupBy("category").agg(AGGREGATES[i % len(AGGREGATES)]("amount").alias("value")).where(F.col("value") > i)
