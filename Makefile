@@ -29,6 +29,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/gpu_tier.py --device simulated
 	$(PY) benchmarks/run_all.py
 	$(PY) benchmarks/kmeans_loop.py
+	$(PY) benchmarks/broadcast_joins.py
 
 bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --out benchmarks/results/quick

@@ -27,7 +27,7 @@ MODES = {
 }
 
 # Stats that are levels, not event counts: reported as read after the run, not as a difference.
-LEVELS = {"bytes_held", "storage_budget_bytes"}
+LEVELS = {"bytes_held", "storage_budget_bytes", "bytes_held_join_broadcasts"}
 
 
 class AnswerMismatch(AssertionError):
@@ -67,6 +67,18 @@ def environment(spark) -> dict:
         "cpus": os.cpu_count(),
         "master": spark.sparkContext.master,
     }
+
+
+def jobs_in_group(spark, group: str) -> tuple:
+    """(Spark jobs, broadcast-building jobs) that job group ``group`` ran, once Spark's status store has
+    seen them: Spark tags the jobs that collect a broadcast's build side "broadcast exchange (runId …)"."""
+    sc = spark.sparkContext._jsc.sc()
+    sc.listenerBus().waitUntilEmpty(30_000)  # the status store is fed by Spark's listeners, asynchronously
+    listed = sc.statusStore().jobsList(None)
+    jobs = [listed.apply(i) for i in range(listed.size())]
+    mine = [j for j in jobs if j.jobGroup().isDefined() and j.jobGroup().get() == group]
+    tags = [[j.jobTags().apply(k) for k in range(j.jobTags().size())] for j in mine]
+    return len(mine), sum(any(t.startswith("broadcast exchange") for t in ts) for ts in tags)
 
 
 def difference(before: dict, after: dict) -> dict:

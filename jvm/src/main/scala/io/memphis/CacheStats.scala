@@ -32,5 +32,8 @@ object CacheStats {
     val Checkpointed = Value("checkpointed")
     val CheckpointsReleased = Value("checkpoints_released")
     val CheckpointFilesDeleted = Value("checkpoint_files_deleted")
+    val BroadcastsRegistered = Value("broadcasts_registered")
+    val BroadcastsReused = Value("broadcasts_reused")
+    val BroadcastsReleased = Value("broadcasts_released")
   }
 }

@@ -41,6 +41,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** Loop-carried subplans cut by local checkpoints (see [[io.memphis.checkpoint.CheckpointRule]]). */
   val checkpoints = new io.memphis.checkpoint.Checkpoints(this)
 
+  /** Broadcasts of joins that later queries read instead of building them again. */
+  val broadcasts = new io.memphis.reuse.BroadcastRegistry(this)
+
   sparkContext.addSparkListener(new StorageListener(this))
 
   /**
@@ -62,7 +65,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /** What `memphis_stats()` shows: the counters, then what is held and the budget. */
   def statsRows(conf: SQLConf): Seq[(String, Long)] =
-    stats.snapshot ++ Seq("bytes_held" -> heldBytes, "storage_budget_bytes" -> storageBudgetBytes(conf))
+    stats.snapshot ++ Seq("bytes_held" -> heldBytes, "storage_budget_bytes" -> storageBudgetBytes(conf),
+      "bytes_held_join_broadcasts" -> broadcasts.heldBytes)
 
   /**
    * Looks at one query's analyzed plan: drops entries whose sources changed, then for each
@@ -316,6 +320,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** Lets go of everything memphis holds (`memphis.clear`, or memphis turned off). */
   def releaseAll(session: SparkSession, why: String): Unit = synchronized {
     checkpoints.releaseAll(why)
+    broadcasts.releaseAll(why)
     entries.values.filter(e => EntryState.Holding.contains(e.state)).toSeq
       .foreach(release(session, _, EntryState.Evicted, Counter.Evicted, why))
   }

@@ -84,6 +84,12 @@ object MemphisConf {
     "Bytes of driver values memphis.broadcast keeps broadcast for reuse; the least recently used is let go beyond it.")(
     parseBytes)
 
+  val BroadcastJoinMaxBytes: Entry[Long] = Entry(
+    Prefix + "broadcast.joinMaxBytes", "512m", "a byte size such as 0, 64m or 512m (0 turns cross-query broadcast reuse off)",
+    "Bytes of join broadcasts memphis keeps for later queries to read instead of building them again; " +
+      "the least recently used is let go beyond it.")(
+    parseBytes)
+
   val DiskDir: Entry[String] = Entry(
     Prefix + "disk.dir", "", "a directory path (empty means memphis-<user> under the system temp directory)",
     "Where the disk tier spills host entries; created private to the user (mode 0700).")(
@@ -101,7 +107,7 @@ object MemphisConf {
 
   val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, RetainedShuffles,
     EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, HostMaxBytes, BroadcastMaxBytes,
-    DiskDir, DiskMaxBytes, GpuMemoryFraction)
+    BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))

@@ -1,7 +1,7 @@
 package io.memphis
 
 import io.memphis.checkpoint.CheckpointRule
-import io.memphis.reuse.{RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
+import io.memphis.reuse.{BroadcastReuseRule, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.execution.ColumnarRule
 import org.apache.spark.sql.memphis.SparkShim
@@ -28,6 +28,11 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     extensions.injectQueryStagePrepRule(_ => new ShuffleReuseRule(asQueryStage = true))
     extensions.injectColumnar(_ => new ColumnarRule {
       override def preColumnarTransitions = new ShuffleReuseRule(asQueryStage = false)
+    })
+    // Broadcasts built by earlier queries, read again by later ones (same two hooks).
+    extensions.injectQueryStagePrepRule(session => new BroadcastReuseRule(session, asQueryStage = true))
+    extensions.injectColumnar(session => new ColumnarRule {
+      override def preColumnarTransitions = new BroadcastReuseRule(session, asQueryStage = false)
     })
   }
 }

@@ -51,7 +51,8 @@ class MemphisExtensionSuite extends AnyFunSuite with BeforeAndAfterEach {
     val spark = newSession()
     awaitBudget(spark)
     val bySql = statsBySql(spark)
-    assert(bySql.keySet == CacheStats.Counter.values.map(_.toString).toSet + "bytes_held" + "storage_budget_bytes")
+    assert(bySql.keySet == CacheStats.Counter.values.map(_.toString).toSet + "bytes_held" + "storage_budget_bytes" +
+      "bytes_held_join_broadcasts")
     assert(CacheStats.Counter.values.toSeq.forall(c => bySql(c.toString) == 0L))
     assert(bySql("storage_budget_bytes") > 0L)
     val json = PythonFacade.statsJson(spark)
@@ -105,6 +106,30 @@ class MemphisExtensionSuite extends AnyFunSuite with BeforeAndAfterEach {
     val spark = newSession("spark.sql.extensions" -> s"${classOf[OtherTestExtension].getName},$Extension")
     assert(spark.sql("SELECT other_extension_fn()").head().getInt(0) == 42)
     assert(statsBySql(spark).contains("hits"))
+  }
+
+  test("a broadcast join's broadcast is built once across queries, adaptive or not") {
+    val spark = newSession()
+    import org.apache.spark.sql.functions.{broadcast, col, sum}
+    Seq("true", "false").foreach { adaptive =>
+      spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+      PythonFacade.clear(spark)
+      val before = statsBySql(spark)
+      // Different fact filters (not on the join key, which the optimizer would copy to the build side):
+      // only the dimension's broadcast recurs, no cached subplan serves a query.
+      def query(i: Int) = spark.range(20000).where(col("id") % 7 =!= i).withColumn("k", col("id") % 500)
+        .join(broadcast(spark.range(500).select(col("id").as("k"), (col("id") % 5).as("g"))), "k")
+        .groupBy("g").agg(sum("id"))
+      val answers = (0 until 4).map(i => query(i).collect().toSeq.sortBy(_.getLong(0)))
+      val after = statsBySql(spark)
+      assert(after("broadcasts_registered") - before("broadcasts_registered") == 1, adaptive)
+      assert(after("broadcasts_reused") - before("broadcasts_reused") == 3, adaptive)
+      assert(after("bytes_held_join_broadcasts") > 0)
+      spark.conf.set("spark.memphis.enabled", "false")
+      assert((0 until 4).map(i => query(i).collect().toSeq.sortBy(_.getLong(0))) == answers, adaptive)
+      assert(statsBySql(spark)("bytes_held_join_broadcasts") == 0, "memphis off releases them")
+      spark.conf.set("spark.memphis.enabled", "true")
+    }
   }
 
   test("only Spark 4.2 is accepted") {

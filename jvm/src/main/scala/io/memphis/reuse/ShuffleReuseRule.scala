@@ -31,8 +31,8 @@ final class ShuffleReuseRule(asQueryStage: Boolean) extends Rule[SparkPlan] {
   private def substitute(plan: SparkPlan, offer: ShuffleReuseRule.Offer): SparkPlan = {
     val reuses = new IdentityHashMap[SparkPlan, SparkPlan]
     SparkShim.shuffleFrontier(plan).foreach { exchange =>
-      val identity = SparkShim.shuffleIdentity(exchange)
-      offer.shuffles.find(r => SparkShim.shuffleIdentity(r) == identity && SparkShim.shuffleWritten(r))
+      val identity = SparkShim.exchangeIdentity(exchange)
+      offer.shuffles.find(r => SparkShim.exchangeIdentity(r) == identity && SparkShim.shuffleWritten(r))
         .foreach(r => reuses.put(exchange, SparkShim.reuseShuffle(r, exchange, asQueryStage)))
     }
     if (reuses.isEmpty) plan

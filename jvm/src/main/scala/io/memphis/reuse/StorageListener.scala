@@ -10,7 +10,7 @@ import org.apache.spark.storage.RDDBlockId
  * Tells the lineage cache what Spark's block managers actually store, so that "materialized" is
  * confirmed, not assumed, and partitions lost to Spark's own LRU or a lost executor are noticed;
  * which jobs read cached data, and when they (or their SQL executions) end, so that what a running
- * query reads is not evicted under it.
+ * query reads is not evicted under it; which broadcasts a query built, for later queries to read.
  */
 final class StorageListener(cache: LineageCache) extends SparkListener {
   override def onBlockUpdated(event: SparkListenerBlockUpdated): Unit = {
@@ -33,7 +33,9 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
   override def onUnpersistRDD(event: SparkListenerUnpersistRDD): Unit = cache.rddUnpersisted(event.rddId)
 
   override def onOtherEvent(event: SparkListenerEvent): Unit = event match {
-    case end: SparkListenerSQLExecutionEnd => cache.readerEnded(end.executionId)
+    case end: SparkListenerSQLExecutionEnd =>
+      cache.readerEnded(end.executionId)
+      cache.broadcasts.executionEnded(end)
     case _ =>
   }
 }

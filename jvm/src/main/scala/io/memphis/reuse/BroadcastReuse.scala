@@ -1,0 +1,208 @@
+package io.memphis.reuse
+
+import java.util.IdentityHashMap
+
+import scala.collection.mutable
+import scala.util.control.NonFatal
+
+import io.memphis.{LineageCache, MemphisConf}
+import io.memphis.CacheStats.Counter
+import io.memphis.lineage.LineageKey
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.catalyst.trees.TreeNodeTag
+import org.apache.spark.sql.execution.SparkPlan
+import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
+import org.apache.spark.sql.memphis.SparkShim
+
+/** A broadcast an earlier query built: what it is, what its sources held then, and its exchange or stage. */
+final class RetainedBroadcast(val identity: SparkPlan, val key: LineageKey, val plan: SparkPlan, val bytes: Long,
+    var lastUse: Long)
+
+/**
+ * The broadcasts of joins that later queries may read instead of building them again; one per
+ * [[LineageCache]] (per SparkContext).
+ *
+ * Planning ([[BroadcastReuseRule]]) gives each broadcast exchange whose build side has a lineage
+ * key that key (a plan tag that its copies keep); when the query's SQL execution ends well, the
+ * broadcasts it built and that carry a key are registered here by their identity (the exchange's
+ * canonical form, [[SparkShim.exchangeIdentity]]). A later exchange with the same identity and
+ * the same lineage (same sources, same fingerprints, taken afresh while it is planned) reads the
+ * registered broadcast. The identity alone is not enough: Spark's canonical forms compare file
+ * sources by their paths, not by the files in them.
+ *
+ * Bounded by `spark.memphis.broadcast.joinMaxBytes`, least recently used let go first. Letting go
+ * unpersists, never destroys: a DataFrame that planned the broadcast (the query that built it, run
+ * again, or one planned from this registry) may read it at any time, and a destroyed broadcast
+ * fails such a read, where an unpersisted one is fetched from the driver again. Spark's
+ * ContextCleaner destroys it once no plan references it, as it does for any query's broadcast.
+ */
+final class BroadcastRegistry(cache: LineageCache) {
+  // Invariant: `entries` (identity -> entry, least recently used first), `expected` and `budget`
+  // change only under this object's lock.
+  private val entries = mutable.LinkedHashMap.empty[SparkPlan, RetainedBroadcast]
+  /** Key hashes of broadcasts planned and not registered yet (their query may have just ended). */
+  private val expected = mutable.LinkedHashSet.empty[String]
+  /** Bytes the registry may hold: from the conf of the latest session that planned a broadcast. */
+  private var budget = MemphisConf.parseBytes(MemphisConf.BroadcastJoinMaxBytes.default).get
+
+  def heldBytes: Long = synchronized(entries.values.map(_.bytes).sum)
+
+  def held: Int = synchronized(entries.size)
+
+  /**
+   * The registered broadcast `exchange` may read, if any, given its build side's key now. A
+   * registered broadcast of the same identity whose lineage differs is stale (a source changed):
+   * it is let go. When the same key was planned by a query whose end has not reached the registry
+   * yet, waits for Spark's listeners once (outside the lock: the listener needs it).
+   */
+  def lookup(identity: SparkPlan, key: LineageKey, budgetBytes: Long): Option[RetainedBroadcast] = {
+    def find(): Option[RetainedBroadcast] = synchronized {
+      budget = budgetBytes
+      entries.get(identity).flatMap { r =>
+        if (!r.key.sameLineage(key)) {
+          release(r, Counter.BroadcastsReleased, "invalidated: a source of its build side changed")
+          None
+        } else if (!SparkShim.broadcastBuilt(r.plan)) {
+          release(r, Counter.BroadcastsReleased, "its broadcast is no longer usable")
+          None
+        } else {
+          // Least recently used first: a reused entry moves to the end.
+          entries.remove(identity)
+          entries(identity) = r
+          r.lastUse = System.currentTimeMillis()
+          Some(r)
+        }
+      }
+    }
+    find().orElse {
+      if (synchronized(expected.contains(key.hash))) {
+        SparkShim.awaitListeners(cache.sparkContext, BroadcastRegistry.ListenerWaitMs)
+        find()
+      } else None
+    }
+  }
+
+  /** A broadcast with this key is planned: its query registers it when it ends. */
+  def planned(key: LineageKey): Unit = synchronized {
+    expected -= key.hash
+    expected += key.hash
+    while (expected.size > BroadcastRegistry.MaxExpected) expected.remove(expected.head)
+  }
+
+  /** A SQL execution ended: registers the broadcasts it built whose build side had a key. */
+  def executionEnded(end: SparkListenerSQLExecutionEnd): Unit =
+    try SparkShim.builtBroadcasts(end).foreach { built =>
+      SparkShim.broadcastExchange(built).getTagValue(BroadcastRegistry.KeyTag).foreach(register(built, _))
+    } catch {
+      case NonFatal(e) => LineageCache.log.warn(s"memphis: did not register the broadcasts of a query: $e", e)
+    }
+
+  /**
+   * The newest build of a broadcast is the one kept: a query builds a broadcast only when none it
+   * could read was registered (it ended after the query was planned, or it is a plain exchange,
+   * which cannot serve adaptive execution), so the newer one serves at least as many queries.
+   */
+  private def register(built: SparkPlan, key: LineageKey): Unit = synchronized {
+    expected -= key.hash
+    val identity = SparkShim.exchangeIdentity(built)
+    val bytes = SparkShim.broadcastBytes(built)
+    val known = entries.get(identity)
+    if (!known.exists(_.plan eq built)) { // the same plan run again registers nothing new
+      known.foreach(release(_, Counter.BroadcastsReleased, "replaced by a newer build of the same broadcast"))
+      if (bytes > budget) {
+        cache.decide(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed the budget of $budget")
+      } else {
+        entries(identity) = new RetainedBroadcast(identity, key, built, bytes, System.currentTimeMillis())
+        cache.decide(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes)")
+        while (entries.values.map(_.bytes).sum > budget) {
+          release(entries.head._2, Counter.BroadcastsReleased, s"over the budget of $budget bytes (least recently used)")
+        }
+      }
+    }
+  }
+
+  private def release(r: RetainedBroadcast, counter: Counter.Value, why: String): Unit = {
+    entries.remove(r.identity)
+    SparkShim.releaseBroadcast(r.plan)
+    cache.decide(counter, s"released broadcast ${r.key.hash}: $why")
+  }
+
+  /** Lets go of every registered broadcast (`memphis.clear`, or memphis turned off). */
+  def releaseAll(why: String): Unit = synchronized {
+    entries.values.toList.foreach(release(_, Counter.BroadcastsReleased, why))
+    expected.clear()
+  }
+}
+
+object BroadcastRegistry {
+  /** The lineage key of a broadcast exchange's build side, set while it is planned. */
+  val KeyTag: TreeNodeTag[LineageKey] = TreeNodeTag[LineageKey]("memphis.broadcastKey")
+
+  /** How many planned, unregistered broadcast keys are remembered (for [[BroadcastRegistry.lookup]]'s wait). */
+  val MaxExpected = 1024
+
+  /** Longest wait for Spark's listeners before planning a broadcast without reuse. */
+  val ListenerWaitMs = 2000L
+}
+
+/**
+ * Lets a broadcast join read the broadcast an earlier query built ([[BroadcastRegistry]]) instead
+ * of collecting and broadcasting its build side again.
+ *
+ * Why two hooks, as [[ShuffleReuseRule]]: under adaptive execution it runs as a query-stage
+ * preparation rule, before stages are created, so that the reused broadcast is a materialized stage
+ * (a dynamic partition pruning subquery's broadcast is planned as its own adaptive plan, and this
+ * rule sees it there); without adaptive execution, as a columnar pre-transition rule, the last
+ * physical rule that sees the exchanges, including those of pruning subqueries. Spark's own
+ * exchange reuse runs after it and leaves the reused broadcasts alone.
+ *
+ * Only build sides whose lineage key exists are reused or registered: every source fingerprinted,
+ * every expression deterministic. It never raises into the user's query.
+ */
+final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) extends Rule[SparkPlan] {
+  override def apply(plan: SparkPlan): SparkPlan = {
+    val conf = SparkShim.sqlConf(session)
+    // Under adaptive execution the columnar hook runs inside each stage, where an exchange is being
+    // made a stage and must stay one: the query-stage hook did the work before.
+    val active = MemphisConf.Enabled.get(conf) && SparkShim.exchangeReuseEnabled(conf) &&
+      asQueryStage == conf.adaptiveExecutionEnabled
+    val budget = MemphisConf.BroadcastJoinMaxBytes.get(conf)
+    if (!active || budget <= 0) plan
+    else {
+      try substitute(plan, budget)
+      catch {
+        case NonFatal(e) =>
+          LineageCache.log.warn(s"memphis: skipped broadcast reuse for this query after an internal error: $e", e)
+          plan
+      }
+    }
+  }
+
+  private def substitute(plan: SparkPlan, budget: Long): SparkPlan = {
+    val exchanges = SparkShim.broadcastsToBuild(plan)
+    if (exchanges.isEmpty) return plan
+    val cache = LineageCache.forContext(session.sparkContext)
+    val context = SparkShim.keyContext(session)
+    val reuses = new IdentityHashMap[SparkPlan, SparkPlan]
+    exchanges.foreach { exchange =>
+      val key = SparkShim.broadcastBuildSide(exchange).map(LineageKey.of(_, context))
+        .getOrElse(Left("its build side's operators are not all planned from one logical plan"))
+      key match {
+        case Left(reason) => cache.decide(Counter.Refused, s"no reuse of a broadcast: $reason")
+        case Right(k) =>
+          val identity = SparkShim.exchangeIdentity(exchange)
+          cache.broadcasts.lookup(identity, k, budget).flatMap(r => SparkShim.reuseBroadcast(r.plan, exchange, asQueryStage)) match {
+            case Some(reuse) =>
+              reuses.put(exchange, reuse)
+              cache.decide(Counter.BroadcastsReused, s"reuse broadcast ${k.hash}")
+            case None =>
+              SparkShim.broadcastExchange(exchange).setTagValue(BroadcastRegistry.KeyTag, k)
+              cache.broadcasts.planned(k)
+          }
+      }
+    }
+    if (reuses.isEmpty) plan
+    else plan.transformUpWithSubqueries { case p if reuses.containsKey(p) => reuses.get(p) }
+  }
+}

@@ -1,0 +1,158 @@
+"""A broadcast join's broadcast, built by one query, is read by later queries instead of built again."""
+import glob
+import os
+import shutil
+
+import pytest
+from pyspark.sql import functions as F
+
+import memphis
+from memphis.bench import jobs_in_group
+
+
+def tables(spark, root, partitioned=False):
+    fact, dim = os.path.join(root, "fact"), os.path.join(root, "dim")
+    rows = spark.range(40_000).selectExpr("id", "id % 200 AS d", "id % 7 AS v")
+    writer = rows.repartition(2).write.mode("overwrite")
+    (writer.partitionBy("d") if partitioned else writer).parquet(fact)
+    (spark.range(200).selectExpr("id AS d", "id % 10 AS g", "concat('name', id) AS name")
+     .repartition(2).write.mode("overwrite").parquet(dim))
+    return fact, dim
+
+
+def query(spark, fact, dim, i):
+    """The same broadcast dimension under a different fact filter and aggregate each time (so that no
+    cached subplan serves the join: only its broadcast recurs)."""
+    facts = spark.read.parquet(fact).where(F.col("v") != i % 7)
+    dims = spark.read.parquet(dim).where("g < 8")
+    joined = facts.join(F.broadcast(dims), "d")
+    agg = F.sum("v") if i % 2 else F.max("id")
+    return joined.groupBy("g").agg(agg.alias("x"))
+
+
+def counters(spark):
+    s = memphis.stats(spark)
+    return s["broadcasts_registered"], s["broadcasts_reused"], s["broadcasts_released"]
+
+
+def run_in_group(spark, group, action):
+    """``action()`` in a job group: (its result, its Spark jobs, its broadcast-building jobs)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        result = action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return (result, *jobs_in_group(spark, group))
+
+
+def plain(spark, action):
+    spark.conf.set("spark.memphis.enabled", "false")
+    try:
+        return action()
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+
+
+@pytest.fixture(params=["true", "false"], ids=["adaptive", "not-adaptive"])
+def adaptive(fresh, request):
+    fresh.conf.set("spark.sql.adaptive.enabled", request.param)
+    yield fresh
+    fresh.conf.unset("spark.sql.adaptive.enabled")
+
+
+def test_the_same_broadcast_is_built_once_across_queries(adaptive, tmp_path):
+    spark = adaptive
+    fact, dim = tables(spark, str(tmp_path))
+    n = 5
+    registered, reused, _ = counters(spark)
+    runs = [run_in_group(spark, f"memphis-{i}", lambda i=i: sorted(query(spark, fact, dim, i).collect()))
+            for i in range(n)]
+    assert counters(spark)[:2] == (registered + 1, reused + n - 1)
+    plan = query(spark, fact, dim, n)._jdf.queryExecution().executedPlan().toString()
+    assert "ReusedExchange" in plan and "BroadcastExchange" in plan, plan
+    plain_runs = plain(spark, lambda: [
+        run_in_group(spark, f"plain-{i}", lambda i=i: sorted(query(spark, fact, dim, i).collect())) for i in range(n)])
+    assert [r[0] for r in runs] == [r[0] for r in plain_runs]
+    # Plain Spark builds the broadcast in every query; memphis in the first only, and runs no other job less.
+    broadcast_jobs, plain_broadcast_jobs = [r[2] for r in runs], [r[2] for r in plain_runs]
+    assert plain_broadcast_jobs == [plain_broadcast_jobs[0]] * n and plain_broadcast_jobs[0] > 0
+    assert broadcast_jobs == [plain_broadcast_jobs[0]] + [0] * (n - 1), (runs, plain_runs)
+    assert [r[1] for r in runs] == [p[1] - (p[2] if i else 0) for i, p in enumerate(plain_runs)]
+
+
+def test_a_changed_build_side_is_broadcast_again(adaptive, tmp_path):
+    spark = adaptive
+    fact, dim = tables(spark, str(tmp_path))
+    for i in range(2):
+        query(spark, fact, dim, i).collect()
+    registered, reused, released = counters(spark)
+    part = sorted(glob.glob(os.path.join(dim, "part-*.parquet")))[0]
+    shutil.copy(part, os.path.join(dim, "part-99999-copy.parquet"))  # its dimension rows twice: sums double
+    # Distinct queries: a repeated one would be served by memphis' cached subplans, not by the broadcast.
+    changed = [sorted(query(spark, fact, dim, 3).collect())]
+    assert counters(spark) == (registered + 1, reused, released + 1), "the stale broadcast goes, the new one is kept"
+    changed.append(sorted(query(spark, fact, dim, 4).collect()))
+    assert counters(spark)[1] == reused + 1, "the new broadcast is read"
+    assert changed == plain(spark, lambda: [sorted(query(spark, fact, dim, i).collect()) for i in (3, 4)])
+
+
+def test_dynamic_partition_pruning_keeps_working(adaptive, tmp_path):
+    spark = adaptive
+    fact, dim = tables(spark, str(tmp_path), partitioned=True)
+
+    def pruned(i):
+        facts = spark.read.parquet(fact).where(F.col("v") != i)
+        dims = spark.read.parquet(dim).where("g = 3")  # 20 of 200 partitions
+        return facts.join(F.broadcast(dims), "d").groupBy("name").agg(F.sum("v").alias("s"))
+
+    answers, broadcast_jobs = [], []
+    for i in range(3):
+        df = pruned(i)
+        rows, _, built = run_in_group(spark, f"pruned-{i}", lambda: sorted(df.collect()))
+        answers.append(rows)
+        broadcast_jobs.append(built)
+        plan = df._jdf.queryExecution().executedPlan().toString()
+        assert "dynamicpruningexpression" in plan.lower(), plan
+    # The pruning filter reads the join's broadcast (Spark reuses it within the query), so the later
+    # queries build none: both read the first query's.
+    assert broadcast_jobs[0] > 0 and broadcast_jobs[1:] == [0, 0], broadcast_jobs
+    assert answers == plain(spark, lambda: [sorted(pruned(i).collect()) for i in range(3)])
+    assert len(answers[0]) == 20
+
+
+def test_broadcasts_are_bounded_by_their_budget(fresh, tmp_path):
+    spark = fresh
+    fact, dim = tables(spark, str(tmp_path))
+    other = str(tmp_path / "other")
+    spark.range(300).selectExpr("id AS d", "id % 10 AS g").write.parquet(other)
+    try:
+        spark.conf.set("spark.memphis.broadcast.joinMaxBytes", "1k")  # smaller than any broadcast
+        registered = counters(spark)[0]
+        query(spark, fact, dim, 0).collect()
+        assert counters(spark)[0] == registered and memphis.stats(spark)["bytes_held_join_broadcasts"] == 0
+
+        spark.conf.unset("spark.memphis.broadcast.joinMaxBytes")
+        query(spark, fact, dim, 1).collect()
+        one = memphis.stats(spark)["bytes_held_join_broadcasts"]
+        assert one > 0
+        spark.conf.set("spark.memphis.broadcast.joinMaxBytes", str(one * 3 // 2))  # room for one broadcast
+        released = counters(spark)[2]
+        query(spark, fact, other, 2).collect()
+        stats = memphis.stats(spark)
+        assert stats["broadcasts_released"] == released + 1, "the least recently used broadcast went"
+        assert 0 < stats["bytes_held_join_broadcasts"] <= one * 3 // 2
+
+        memphis.clear(spark)
+        assert memphis.stats(spark)["bytes_held_join_broadcasts"] == 0
+    finally:
+        spark.conf.unset("spark.memphis.broadcast.joinMaxBytes")
+
+
+def test_turning_memphis_off_releases_the_broadcasts(fresh, tmp_path):
+    spark = fresh
+    fact, dim = tables(spark, str(tmp_path))
+    query(spark, fact, dim, 0).collect()
+    assert memphis.stats(spark)["bytes_held_join_broadcasts"] > 0
+    plain(spark, lambda: query(spark, fact, dim, 1).collect())
+    assert memphis.stats(spark)["bytes_held_join_broadcasts"] == 0
