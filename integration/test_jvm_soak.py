@@ -15,8 +15,9 @@ MIB = 1 << 20
 
 
 def decisions(log, verb):
-    """How many times memphis logged `verb` (persist, evicted, invalid) for each key."""
-    return collections.Counter(re.findall(rf"memphis: {verb} ([0-9a-f]{{32}})\b", log))
+    """How many times memphis logged `verb` (persist, evicted, invalid) for each key: "<verb> <key> (reason)"
+    or "<verb> <key>: reason" ("persist <key> from n shuffle(s)" is how, not another persist)."""
+    return collections.Counter(re.findall(rf"memphis: {verb} ([0-9a-f]{{32}})(?: \(|:)", log))
 
 
 def test_threads_by_overlapping_queries(tmp_path):
@@ -36,7 +37,9 @@ def test_threads_by_overlapping_queries(tmp_path):
     assert counters["hits"] > 0 and counters["evicted"] > 0, "the soak must exercise reuse and eviction"
 
     # Persisted again only after it was let go: never twice while it is held (in flight or stored).
-    persists, evictions, invalid = (decisions(result.stderr, v) for v in ("persist", "evicted", "invalid"))
+    # After memphis.clear: nothing is held when the soak starts.
+    log = result.stderr.split("memphis-soak: start")[-1]
+    persists, evictions, invalid = (decisions(log, v) for v in ("persist", "evicted", "invalid"))
     assert sum(persists.values()) == counters["persisted"] and set(seen["keys"]) & set(persists)
     for key, n in persists.items():
         assert n <= evictions[key] + invalid[key] + 1, (key, n, evictions[key])
@@ -47,6 +50,7 @@ def test_threads_by_overlapping_queries(tmp_path):
 
     # Flat after warm-up: the heap after a full GC saw-tooths (Spark's ContextCleaner frees shuffles and
     # broadcasts only after the GC that found them unreachable), so its floor is what must not climb:
-    # in the last third it comes back under the first half's peak.
+    # in the last third it comes back within 64 MiB of the first half's peak (Spark's own caches,
+    # code generation's among them, still fill during a short run).
     third = max(1, len(heap) // 3)
-    assert len(heap) >= 4 and min(heap[-third:]) <= max(heap[:len(heap) // 2]), seen["heap"]
+    assert len(heap) >= 4 and min(heap[-third:]) <= max(heap[:len(heap) // 2]) + 64 * MIB, seen["heap"]

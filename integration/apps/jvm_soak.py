@@ -28,6 +28,7 @@ CONFS = {
 }
 MODULI = (7, 11, 13, 17, 19, 23)
 THRESHOLDS = (0, 2000, 6000)
+SOAK_STARTS = "memphis-soak: start"
 
 
 def main(scratch, seconds, threads):
@@ -108,6 +109,7 @@ def main(scratch, seconds, threads):
             time.sleep(0.2)
 
     before = memphis.stats(spark)
+    print(SOAK_STARTS, file=sys.stderr, flush=True)  # the decisions logged from here are the soak's
     started = time.time()
     pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
     pool.append(threading.Thread(target=sampler, daemon=True))
