@@ -38,16 +38,28 @@ seen["counts"] = [latest.count(), pinned.count()]
 seen["explain"] = memphis.explain_key(latest)
 
 # Reuse: an aggregate over the table, persisted and served, then a commit by another process.
-def per_bucket():
+def per_bucket(**options):
     from pyspark.sql import functions as F
-    return sorted(map(tuple, spark.read.format("delta").load(path).groupBy((F.col("id") % 3).alias("b")).count().collect()))
+    table = spark.read.format("delta").options(**options).load(path)
+    return sorted(map(tuple, table.groupBy((F.col("id") % 3).alias("b")).count().collect()))
 rounds = [per_bucket() for _ in range(3)]
 stats = memphis.stats(spark)
 subprocess.run([sys.executable, "-c", writer, path, "130", "160", "append"], check=True, capture_output=True)
 seen["reuse"] = {"rounds_equal": rounds[0] == rounds[1] == rounds[2], "hits": stats["hits"],
                  "after_commit": per_bucket(), "invalidated": memphis.stats(spark)["invalidated"] - stats["invalidated"]}
+
+# An overwrite by another process after reads of version 1 (pinned) and of the latest: the latest
+# read follows the overwrite, the pinned one still answers version 1.
+pinned_rounds = [per_bucket(versionAsOf=1) for _ in range(3)]
+latest_rounds = [per_bucket() for _ in range(2)]
+stats = memphis.stats(spark)
+subprocess.run([sys.executable, "-c", writer, path, "0", "50", "overwrite"], check=True, capture_output=True)
+seen["overwrite"] = {"latest": per_bucket(), "pinned": per_bucket(versionAsOf=1),
+                     "pinned_rounds": pinned_rounds, "latest_rounds": latest_rounds}
+seen["overwrite"]["invalidated"] = memphis.stats(spark)["invalidated"] - stats["invalidated"]
 spark.conf.set("spark.memphis.enabled", "false")
-seen["reuse"]["plain"] = per_bucket()
+seen["reuse"]["plain"] = per_bucket(versionAsOf=2)
+seen["overwrite"]["plain"] = {"latest": per_bucket(), "pinned": per_bucket(versionAsOf=1)}
 seen["explain_pinned"] = [memphis.explain_key(pinned), memphis.explain_key(spark.read.format("delta").option("versionAsOf", 0).load(path).where("id > 10"))]
 print(json.dumps(seen))
 """
@@ -71,3 +83,11 @@ def test_append_by_another_process(tmp_path):
     assert reuse["rounds_equal"] and reuse["hits"] >= 1
     assert reuse["invalidated"] == 1 and reuse["after_commit"] == reuse["plain"]
     assert sum(count for _, count in reuse["after_commit"]) == 160
+    overwrite = seen["overwrite"]
+    # Never stale: the latest read sees the overwrite; the pinned read still answers version 1.
+    assert overwrite["latest"] == overwrite["plain"]["latest"] and sum(c for _, c in overwrite["latest"]) == 50
+    assert overwrite["pinned"] == overwrite["plain"]["pinned"] == overwrite["pinned_rounds"][0]
+    assert sum(c for _, c in overwrite["pinned"]) == 130
+    # The overwrite invalidated the latest read's entry. (The pinned read's entry is not served across
+    # it: reads of one table at two versions invalidate each other's entries; right answers, lost reuse.)
+    assert overwrite["invalidated"] == 1

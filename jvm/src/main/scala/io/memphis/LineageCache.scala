@@ -262,6 +262,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
       currentExecution.foreach(e.readers += _)
       e.state = EntryState.ToPersist
       e.stored.clear()
+      e.storedOn.clear()
       e.reason = reason
       decide(Counter.Persisted, s"persist ${e.key.hash} (${e.reason})")
     }
@@ -315,6 +316,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     e.relationName = None
     e.plan = None
     e.stored.clear()
+    e.storedOn.clear()
   }
 
   /** Lets go of everything memphis holds (`memphis.clear`, or memphis turned off). */
@@ -332,21 +334,52 @@ final class LineageCache private (val sparkContext: SparkContext) {
     entries.clear()
   }
 
-  def blockUpdated(rddId: Int, partition: Int, isStored: Boolean, bytes: Long): Unit = synchronized {
+  def blockUpdated(rddId: Int, partition: Int, isStored: Boolean, bytes: Long, executor: String): Unit = synchronized {
     byRdd.get(rddId).orElse(adopt(rddId)).foreach { e =>
-      if (isStored) e.stored(partition) = bytes else e.stored.remove(partition)
+      // A partition is stored while some executor stores it (a recomputed one may sit on two).
+      val on = e.storedOn.getOrElse(partition, Set.empty[String])
+      if (isStored) {
+        e.stored(partition) = bytes
+        e.storedOn(partition) = on + executor
+      } else if ((on - executor).isEmpty) {
+        e.stored.remove(partition)
+        e.storedOn.remove(partition)
+      } else e.storedOn(partition) = on - executor
       if (e.state == EntryState.ToPersist && e.stored.size == e.partitions) {
         e.state = EntryState.Materialized
         e.costMs = System.currentTimeMillis() - e.persistedAt
         e.reason = s"all ${e.partitions} partitions stored; computed in ${e.costMs} ms"
         decide(Counter.Materialized, s"materialized ${e.key.hash}: ${e.reason}")
         session.foreach(enforceBudget)
-      } else if (e.state == EntryState.Materialized && !isStored) {
-        e.state = EntryState.ToPersist
-        e.reason = s"partition $partition lost; Spark recomputes it when read"
-        log.debug(s"memphis: ${e.key.hash}: ${e.reason}")
+      } else if (e.state == EntryState.Materialized && !e.stored.contains(partition)) {
+        partitionsLost(e, s"partition $partition lost")
       }
     }
+  }
+
+  /**
+   * An executor (its block manager) is gone, and with it the partitions only it stored: Spark
+   * recomputes them through lineage when read, and stores them again, which materializes the
+   * entry again.
+   */
+  def executorRemoved(executor: String): Unit = synchronized {
+    byRdd.values.foreach { e =>
+      val lost = e.storedOn.collect { case (p, on) if on.contains(executor) => p -> (on - executor) }
+      lost.foreach { case (p, rest) =>
+        if (rest.isEmpty) {
+          e.stored.remove(p)
+          e.storedOn.remove(p)
+        } else e.storedOn(p) = rest
+      }
+      val gone = lost.count(_._2.isEmpty)
+      if (gone > 0 && e.state == EntryState.Materialized) partitionsLost(e, s"$gone partition(s) lost with executor $executor")
+    }
+  }
+
+  private def partitionsLost(e: CacheEntry, what: String): Unit = {
+    e.state = EntryState.ToPersist
+    e.reason = s"$what; Spark recomputes them when read"
+    log.debug(s"memphis: ${e.key.hash}: ${e.reason}")
   }
 
   /**

@@ -54,6 +54,11 @@ final class CacheEntry(val key: LineageKey, now: Long) {
   var tooLarge = false
   /** Bytes (memory + disk) of each stored partition. */
   val stored: mutable.Map[Int, Long] = mutable.Map.empty
+  /**
+   * The executors that store each stored partition: Spark posts no block update for the blocks of
+   * a lost executor, so its removal must name the partitions it took with it.
+   */
+  val storedOn: mutable.Map[Int, Set[String]] = mutable.Map.empty
 
   /**
    * While seen: the shuffles its first occurrence wrote (see [[RetainShuffle]]), for the second

@@ -1,8 +1,8 @@
 package io.memphis.reuse
 
 import io.memphis.LineageCache
-import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockUpdated, SparkListenerEvent, SparkListenerJobEnd,
-  SparkListenerJobStart, SparkListenerUnpersistRDD}
+import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
+  SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
 import org.apache.spark.storage.RDDBlockId
 
@@ -17,7 +17,8 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
     val info = event.blockUpdatedInfo
     info.blockId match {
       case RDDBlockId(rddId, split) =>
-        cache.blockUpdated(rddId, split, info.storageLevel.isValid, info.memSize + info.diskSize)
+        cache.blockUpdated(rddId, split, info.storageLevel.isValid, info.memSize + info.diskSize,
+          info.blockManagerId.executorId)
       case _ =>
     }
   }
@@ -29,6 +30,13 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
   }
 
   override def onJobEnd(event: SparkListenerJobEnd): Unit = cache.readerEnded(LineageCache.jobReader(event.jobId))
+
+  // A lost executor's blocks go without block updates. Its block manager's removal and its own
+  // both say so (either may come alone); the second finds nothing left to drop.
+  override def onExecutorRemoved(event: SparkListenerExecutorRemoved): Unit = cache.executorRemoved(event.executorId)
+
+  override def onBlockManagerRemoved(event: SparkListenerBlockManagerRemoved): Unit =
+    cache.executorRemoved(event.blockManagerId.executorId)
 
   override def onUnpersistRDD(event: SparkListenerUnpersistRDD): Unit = cache.rddUnpersisted(event.rddId)
 
