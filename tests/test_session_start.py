@@ -67,7 +67,8 @@ print(json.dumps({
     "extensions": spark.sparkContext.getConf().get("spark.sql.extensions"),
     "other": spark.sql("SELECT other_extension_fn()").head()[0],
     "stats_rows": sorted(r["name"] for r in spark.sql("SELECT * FROM memphis_stats()").collect()),
-    "stats_keys": sorted(k for k in memphis.stats(spark) if not k.startswith(("local_", "bytes_held_"))),
+    "stats_keys": sorted(k for k in memphis.stats(spark) if not k.startswith("local_")
+                         and k not in ("bytes_held_host", "bytes_held_disk", "bytes_held_gpu", "bytes_held_broadcast")),
 }))
 """
 
