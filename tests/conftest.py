@@ -47,6 +47,14 @@ def fresh(spark):
     spark.conf.unset("spark.memphis.reuse.minOccurrences")
 
 
+@pytest.fixture(params=["true", "false"], ids=["adaptive", "not-adaptive"])
+def adaptive(fresh, request):
+    """The fresh session with adaptive execution on, then off."""
+    fresh.conf.set("spark.sql.adaptive.enabled", request.param)
+    yield fresh
+    fresh.conf.unset("spark.sql.adaptive.enabled")
+
+
 @pytest.fixture
 def no_spark():
     """For tests that start their own SparkContext: none runs before or after."""

@@ -3,10 +3,10 @@ import glob
 import os
 import shutil
 
-import pytest
 from pyspark.sql import functions as F
 
 import memphis
+from conftest import in_job_group
 from memphis.bench import jobs_in_group
 
 
@@ -37,12 +37,7 @@ def counters(spark):
 
 def run_in_group(spark, group, action):
     """``action()`` in a job group: (its result, its Spark jobs, its broadcast-building jobs)."""
-    sc = spark.sparkContext
-    sc.setJobGroup(group, group)
-    try:
-        result = action()
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
+    result, _ = in_job_group(spark, group, action)
     return (result, *jobs_in_group(spark, group))
 
 
@@ -52,13 +47,6 @@ def plain(spark, action):
         return action()
     finally:
         spark.conf.set("spark.memphis.enabled", "true")
-
-
-@pytest.fixture(params=["true", "false"], ids=["adaptive", "not-adaptive"])
-def adaptive(fresh, request):
-    fresh.conf.set("spark.sql.adaptive.enabled", request.param)
-    yield fresh
-    fresh.conf.unset("spark.sql.adaptive.enabled")
 
 
 def test_the_same_broadcast_is_built_once_across_queries(adaptive, tmp_path):

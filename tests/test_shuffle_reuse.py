@@ -3,7 +3,6 @@ import glob
 import os
 import shutil
 
-import pytest
 from pyspark.sql import functions as F
 
 import memphis
@@ -22,13 +21,6 @@ def tasks_run(spark, tag, action):
 def counters(spark):
     stats = memphis.stats(spark)
     return stats["shuffles_retained"], stats["shuffles_reused"]
-
-
-@pytest.fixture(params=["true", "false"], ids=["adaptive", "not-adaptive"])
-def adaptive(fresh, request):
-    fresh.conf.set("spark.sql.adaptive.enabled", request.param)
-    yield fresh
-    fresh.conf.unset("spark.sql.adaptive.enabled")
 
 
 def test_second_occurrence_persists_from_the_first_occurrences_shuffle(adaptive, tmp_path):
