@@ -175,3 +175,33 @@ def test_a_raw_array_changed_in_place_is_computed_fresh(local_tier):
     before = (X.T @ v).numpy().copy()
     v[1] = 5.0  # a plain array mixed into traced work is hashed where it is met
     assert np.array_equal((X.T @ v).numpy(), raw.T @ v) and not np.array_equal(before, raw.T @ v)
+
+
+def test_work_on_a_large_fresh_array_starts_while_it_is_hashed(local_tier, monkeypatch):
+    from memphis.local import lineage
+
+    # Below the threshold the hash is computed at wrap time; from it on, when the key is first needed.
+    X = np.random.default_rng(3).standard_normal((4000, 50))  # 1.6 MB
+    monkeypatch.setattr(lineage, "LAZY_HASH_BYTES", 1 << 30)
+    eager = memphis.array(X).lineage
+    monkeypatch.setattr(lineage, "LAZY_HASH_BYTES", 1 << 20)
+    lazy = memphis.array(X.copy()).lineage
+    assert lazy.pending and not eager.pending
+    assert lazy.key == eager.key and lazy == eager and not lazy.pending
+
+    before = ml.stats()
+    first = memphis.array(X.copy())
+    gram = first.T @ first  # a view, then the product: started early, a miss, computed once
+    np.testing.assert_allclose(gram.numpy(), X.T @ X, rtol=1e-12)
+    again = memphis.array(X.copy())  # a new writeable object: hashed anew, found cached
+    served = again.T @ again
+    after = ml.stats()
+    assert after["started_early"] - before["started_early"] == 2
+    assert after["hits"] - before["hits"] == 1 and after["computed"] - before["computed"] == 1
+    assert np.array_equal(served.numpy(), gram.numpy())
+
+    changed = X.copy()
+    changed[0, 0] += 1.0
+    other = memphis.array(changed)
+    np.testing.assert_allclose((other.T @ other).numpy(), changed.T @ changed, rtol=1e-12)
+    assert ml.stats()["computed"] - after["computed"] == 1  # different content: never the cached one

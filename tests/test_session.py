@@ -24,7 +24,7 @@ def test_stats_from_sql_and_python_agree(spark):
     local = {name for name in merged if name not in by_sql}
     assert local == {"local_" + name for name in ("hits", "partial_hits", "misses", "computed", "evicted", "spilled",
                                                   "reloaded", "refused", "corrupt", "spill_failed",
-                                                  "internal_errors", "compute_saved_ms")} | \
+                                                  "started_early", "internal_errors", "compute_saved_ms")} | \
         {"local_" + name for name in memphis.gpu.GPU_COUNTERS if name != "bytes_held_gpu"} | \
         {"local_" + name for name in broadcasts.COUNTERS if name != "bytes_held_broadcast"} | \
         {"bytes_held_host", "bytes_held_disk", "bytes_held_gpu", "bytes_held_broadcast"}

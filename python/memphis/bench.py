@@ -81,6 +81,14 @@ def jobs_in_group(spark, group: str) -> tuple:
     return len(mine), sum(any(t.startswith("broadcast exchange") for t in ts) for ts in tags)
 
 
+def settle(spark, seconds: float = 1.0) -> None:
+    """Collects the JVM's garbage and gives Spark's ContextCleaner a moment, so that the shuffle
+    files and broadcasts of earlier runs are deleted now rather than during the next timed run,
+    which would charge one mode for another's cleanup."""
+    spark.sparkContext._jvm.System.gc()
+    time.sleep(seconds)
+
+
 def difference(before: dict, after: dict) -> dict:
     """What happened between two reads of :func:`memphis.stats`: event counts as differences, levels as read after."""
     return {k: v if k in LEVELS else v - before.get(k, 0) for k, v in after.items()}
@@ -114,6 +122,7 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
             spark.conf.set(key, value)
         spark.catalog.clearCache()
         clear(spark)
+        settle(spark)
         before = stats(spark)
         work = workload.variant(mode)
         start = time.perf_counter()

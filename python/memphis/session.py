@@ -165,7 +165,7 @@ def stats(spark) -> dict:
     broadcasts_registered, broadcasts_reused, broadcasts_released and bytes_held_join_broadcasts.
     Driver tiers (:mod:`memphis.local`), prefixed ``local_``: local_hits, local_partial_hits,
     local_misses, local_computed, local_evicted, local_spilled, local_reloaded, local_refused,
-    local_corrupt, local_spill_failed, local_internal_errors, local_compute_saved_ms; and
+    local_corrupt, local_spill_failed, local_started_early, local_internal_errors, local_compute_saved_ms; and
     bytes_held_host, bytes_held_disk. GPU tier (:mod:`memphis.gpu`, zeros without one):
     local_gpu_hits, local_gpu_misses, local_recycled_allocations, local_fresh_allocations,
     local_evicted_to_host, local_gpu_deleted, local_eviction_time_ms, local_copies_to_device,

@@ -23,7 +23,7 @@ __all__ = ["State", "TracedArray", "array", "broadcast", "clear", "collect", "co
 
 def stats() -> dict:
     """Counters of the local tiers: hits, partial_hits, misses, computed, evicted, spilled, reloaded,
-    refused, corrupt, spill_failed, internal_errors, bytes_held_host, bytes_held_disk,
+    refused, corrupt, spill_failed, started_early, internal_errors, bytes_held_host, bytes_held_disk,
     compute_saved_ms; and the GPU tier's (zeros without one): gpu_hits, gpu_misses,
     recycled_allocations, fresh_allocations, evicted_to_host, gpu_deleted, bytes_held_gpu,
     eviction_time_ms, copies_to_device, copies_to_host; and the

@@ -1,6 +1,8 @@
 """Traced arrays: numpy work on the driver, recorded as lineage and probed in the cache before it runs."""
+import concurrent.futures
 import inspect
 import logging
+import threading
 
 import numpy as np
 
@@ -25,6 +27,8 @@ TRACED_FUNCTIONS = {
 # the rewrites in partial.py see what ``X.T`` is the transpose of.
 VIEW_OPCODES = {"transpose", "reshape", "ravel", "squeeze", "expand_dims", "diagonal"}
 _signatures = {}
+_early = None  # the threads of started_early, made on first use; guarded by _early_lock
+_early_lock = threading.Lock()
 
 
 def _canonical_arguments(function, args, kwargs):
@@ -65,6 +69,25 @@ def function_item(function, args, kwargs) -> LineageItem:
 def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
     opcode = "ufunc." + ufunc.__name__ + ("" if method == "__call__" else "." + method)
     return trace_item(opcode, (tuple(inputs), tuple(sorted(kwargs.items()))))
+
+
+def started_early(item: LineageItem, compute):
+    """``compute``, started now in a background thread when ``item`` waits on the content hash of a
+    large raw input (see lineage.ContentDigest): the work then runs while the input is hashed.
+
+    On a miss the caller waits for that work, as it would have run anyway; on a hit it returns the
+    cached value and the early work's result is dropped (counted as ``started_early``). Host work
+    only; a device has its own queue.
+    """
+    if not item.pending or not item.deterministic:
+        return compute
+    global _early
+    with _early_lock:
+        if _early is None:
+            _early = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="memphis-early")
+    config.tier().count("started_early")
+    log.debug("started %s while its input is hashed", item.opcode)
+    return _early.submit(compute).result
 
 
 def run(item: LineageItem, compute, *, view: bool = False, device=None):
@@ -148,12 +171,14 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             item = ufunc_item(ufunc, method, inputs, kwargs)
         except Untraceable as why:
             return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
+        compute = lambda: getattr(ufunc, method)(*_unwrap(inputs, device), **_unwrap(kwargs, device))  # noqa: E731
+        if device is None:
+            compute = started_early(item, compute)
         if device is None and ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2:
             rewritten = partial.crossproduct(item, *inputs)  # the rewrites assemble host blocks
             if rewritten is not None:
                 return rewritten
-        return run(item, lambda: getattr(ufunc, method)(*_unwrap(inputs, device), **_unwrap(kwargs, device)),
-                   device=device)
+        return run(item, compute, device=device)
 
     def __array_function__(self, function, types, args, kwargs):
         if function not in TRACED_FUNCTIONS:
@@ -163,9 +188,12 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             item = function_item(function, args, kwargs)
         except (Untraceable, TypeError) as why:
             return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why)
+        view = item.opcode in VIEW_OPCODES
+        compute = lambda: function(*_unwrap(args, device), **_unwrap(kwargs, device))  # noqa: E731
+        if device is None and not view:
+            compute = started_early(item, compute)
         item = partial.canonical_concatenation(function, args, kwargs) or item
-        return run(item, lambda: function(*_unwrap(args, device), **_unwrap(kwargs, device)),
-                   view=item.opcode in VIEW_OPCODES, device=device)
+        return run(item, compute, view=view, device=device)
 
     def __array__(self, dtype=None, copy=None):
         if device_backend.is_device_array(self._value):

@@ -22,7 +22,7 @@ OVERHEAD_SMOOTHING = 0.1  # weight of the latest miss in the moving average of t
 OVERHEAD_SPIKE_FACTOR = 4  # a miss counts at most this many times the average so far
 
 COUNTERS = ("hits", "partial_hits", "misses", "computed", "evicted", "spilled", "reloaded", "refused",
-            "internal_errors", "compute_saved_ms")
+            "started_early", "internal_errors", "compute_saved_ms")
 
 
 class State(enum.Enum):

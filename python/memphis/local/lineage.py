@@ -17,8 +17,9 @@ class Untraceable(TypeError):
 class LineageItem:
     """One node of a lineage trace: an opcode, ordered input items, typed literals.
 
-    The hash (128-bit blake2b over opcode, literals and the inputs' hashes) is computed once, at
-    construction; ``key`` is its hex form, the key of the cache. Equality is structural: opcode,
+    The hash (128-bit blake2b over opcode, literals and the inputs' hashes) is computed once, when
+    first needed (a large raw array's content hash is computed then too, see ContentDigest);
+    ``key`` is its hex form, the key of the cache. Equality is structural: opcode,
     literals and inputs compared recursively, with the hash as pre-filter and identical objects
     short-cut, so a collision of hashes never makes two different values equal. A ``cut`` item
     (opcode ``cut``, no inputs) stands for a deeper trace by its hash alone; it equals any item of
@@ -33,7 +34,7 @@ class LineageItem:
     True
     """
 
-    __slots__ = ("opcode", "inputs", "literals", "deterministic", "height", "digest", "__weakref__")
+    __slots__ = ("opcode", "inputs", "literals", "deterministic", "height", "_digest", "__weakref__")
 
     def __init__(self, opcode: str, *, inputs=(), literals=(), deterministic: bool = True, digest: bytes = None):
         self.opcode = opcode
@@ -41,13 +42,27 @@ class LineageItem:
         self.literals = tuple(literals)
         self.deterministic = deterministic and all(i.deterministic for i in self.inputs)
         self.height = 1 + max((i.height for i in self.inputs), default=0)
-        if digest is None:
+        self._digest = digest
+
+    @property
+    def digest(self) -> bytes:
+        if self._digest is None:  # two threads may both compute it: same bytes, no harm
             h = hashlib.blake2b(digest_size=16)
-            h.update(repr((opcode, self.literals)).encode())
+            h.update(repr((self.opcode, self.literals)).encode())
             for i in self.inputs:
                 h.update(i.digest)
-            digest = h.digest()
-        self.digest = digest
+            self._digest = h.digest()
+        return self._digest
+
+    @property
+    def pending(self) -> bool:
+        """True while the content hash of a raw array in this trace is still to be computed: work
+        on it may start before its key is known (see memphis.local.array.run)."""
+        if self._digest is not None:
+            return False
+        if self.opcode == "array":
+            return isinstance(self.literals[0][1], ContentDigest) and not self.literals[0][1].done
+        return any(i.pending for i in self.inputs)
 
     @property
     def key(self) -> str:
@@ -142,13 +157,68 @@ _content_memo = {}  # id(array) -> (weakref to it, layout, digest); entries leav
 _memo_lock = threading.Lock()
 
 
+# A raw array at least this large is hashed when its key is first needed rather than when it is
+# met, so that the first operation on it can run while it is hashed (about 6 ms per 160 MB).
+LAZY_HASH_BYTES = 1 << 20
+
+
+class ContentDigest:
+    """The content hash of a raw array (see content_digest), computed once, on first use.
+
+    It stands in an ``array`` leaf's literals in place of the hex digest and compares, hashes
+    and prints as that digest, so a leaf keys alike whether its hash was computed early or late.
+    """
+
+    __slots__ = ("_array", "_remember", "_hex", "_lock")
+
+    def __init__(self, array, remember):
+        self._array, self._remember, self._hex = array, remember, None
+        self._lock = threading.Lock()
+
+    @property
+    def done(self) -> bool:
+        return self._hex is not None
+
+    def hex(self) -> str:
+        with self._lock:
+            if self._hex is None:
+                from memphis.local import numpy_backend
+
+                self._hex = numpy_backend.content_digest(self._array)
+                if self._remember:
+                    _remember(self._array, self._hex)
+                self._array = None
+        return self._hex
+
+    def __eq__(self, other):
+        return self.hex() == (other.hex() if isinstance(other, ContentDigest) else other)
+
+    def __hash__(self):
+        return hash(self.hex())
+
+    def __repr__(self):
+        return repr(self.hex())
+
+
+def _layout(array):
+    return array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str
+
+
+def _remember(array, digest):
+    oid = id(array)
+    ref = weakref.ref(array, lambda _r, oid=oid: _content_memo.pop(oid, None))
+    with _memo_lock:
+        _content_memo[oid] = (ref, _layout(array), digest)
+
+
 def array_leaf(array) -> LineageItem:
     """The leaf item of a raw numpy array: its content hash (shape, dtype, bytes; see content_digest).
 
     The hash is remembered for the object while nobody can write its bytes (it and its bases are
     read-only) and its layout (data pointer, shape, strides, dtype) is the one hashed. A writeable
-    array is hashed each time it is met, at memory speed, so that a change in place is never
-    missed; it is neither copied nor made read-only.
+    array is hashed anew each time it is met, at memory speed, so that a change in place is never
+    missed; it is neither copied nor made read-only. From LAZY_HASH_BYTES on, the hash is computed
+    when the leaf's key is first needed (ContentDigest).
     """
     from memphis.local import numpy_backend
 
@@ -156,17 +226,15 @@ def array_leaf(array) -> LineageItem:
         raise Untraceable("an array of Python objects has no content hash")
     memo = numpy_backend.immutable(array)
     if memo:
-        layout = (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
         with _memo_lock:
             known = _content_memo.get(id(array))
-        if known is not None and known[0]() is array and known[1] == layout:
+        if known is not None and known[0]() is array and known[1] == _layout(array):
             return LineageItem("array", literals=(("xxh3", known[2]),))
+    if array.nbytes >= LAZY_HASH_BYTES:
+        return LineageItem("array", literals=(("xxh3", ContentDigest(array, memo)),))
     digest = numpy_backend.content_digest(array)
     if memo:
-        oid = id(array)
-        ref = weakref.ref(array, lambda _r, oid=oid: _content_memo.pop(oid, None))
-        with _memo_lock:
-            _content_memo[oid] = (ref, layout, digest)
+        _remember(array, digest)
     return LineageItem("array", literals=(("xxh3", digest),))
 
 
