@@ -8,7 +8,9 @@ assigns each point to its nearest and averages the new centroids, then collects 
 convergence check). plain: memphis off; hand: memphis off, `localCheckpoint()` (eager: its own
 job) every 10 iterations; hand-lazy: the same with `localCheckpoint(eager=False)` (filled by the
 next job that reads it), which measures whether eager materialization pays; memphis: memphis on,
-no change to the loop. --modes picks variants. Reports wall time, the height of the last
+no change to the loop; memphis-nospec: memphis on with spark.memphis.loop.speculative=false (each
+iteration's result checkpointed by the next query, not by the one that computes it), which
+measures speculation. --modes picks variants. Reports wall time, the height of the last
 query's optimized plan and the memphis counters; writes kmeans_loop.json and kmeans_loop.md.
 """
 import argparse
@@ -21,7 +23,7 @@ import sys
 from tqdm import tqdm
 
 # (a, b): report a's time over b's when both ran; hand-lazy / hand is the eager-materialization question.
-RATIOS = (("memphis", "hand"), ("plain", "memphis"), ("hand-lazy", "hand"))
+RATIOS = (("memphis", "hand"), ("plain", "memphis"), ("hand-lazy", "hand"), ("memphis-nospec", "memphis"))
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 APP = """
@@ -34,7 +36,8 @@ from workloads.kmeans import height, points_and_centroids, step
 
 spark = memphis.session("local[2]", app_name="kmeans-loop", **{"spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1", "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g",
-    "spark.memphis.enabled": str(mode == "memphis").lower()})
+    "spark.memphis.enabled": str(mode.startswith("memphis")).lower(),
+    "spark.memphis.loop.speculative": str(mode != "memphis-nospec").lower()})
 spark.sparkContext.setLogLevel("ERROR")
 points, centroids = points_and_centroids(spark, n)
 start = time.time()
@@ -48,7 +51,7 @@ seconds = time.time() - start
 stats = memphis.stats(spark)
 print(json.dumps({"seconds": round(seconds, 2), "optimized_height": height(centroids._jdf.queryExecution().optimizedPlan()),
     "centroids": [list(r) for r in rows], "checkpointed": stats["checkpointed"],
-    "checkpoints_released": stats["checkpoints_released"]}))
+    "checkpoints_released": stats["checkpoints_released"], "speculative": stats["persisted_speculatively"]}))
 """
 
 
@@ -87,11 +90,12 @@ def main():
     with open(os.path.join(args.out, "kmeans_loop.json"), "w") as f:
         json.dump(report, f, indent=2)
     lines = [f"# k-means loop: {args.iterations} iterations, {args.points} points, 4 centroids (local[2], 1 GB driver)",
-             "", "| variant | seconds | last optimized plan height | checkpointed | released |", "|---|---|---|---|---|"]
+             "", "| variant | seconds | last optimized plan height | checkpointed | released | speculative |",
+             "|---|---|---|---|---|---|"]
     for mode in modes:
         r = results[mode]
         lines.append(f"| {mode} | {r['seconds']} | {r['optimized_height']} | {r['checkpointed']} | "
-                     f"{r['checkpoints_released']} |")
+                     f"{r['checkpoints_released']} | {r['speculative']} |")
     lines += ["", "; ".join(f"{name.replace('_vs_', ' / ')}: {ratio}x" for name, ratio in ratios.items()), ""]
     with open(os.path.join(args.out, "kmeans_loop.md"), "w") as f:
         f.write("\n".join(lines))

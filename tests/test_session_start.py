@@ -16,6 +16,7 @@ from conftest import TEST_CONFS, run_python
     ({"storage_fraction": 1.5}, "spark.memphis.storage.fraction", "1.5", "greater than 0 and at most 1"),
     ({"storage_fraction": "lots"}, "spark.memphis.storage.fraction", "lots", "greater than 0 and at most 1"),
     ({"storage_maxBytes": "12 apples"}, "spark.memphis.storage.maxBytes", "12 apples", "a byte size"),
+    ({"loop_speculative": "sometimes"}, "spark.memphis.loop.speculative", "sometimes", "a boolean (true or false)"),
     ({"enable": "true"}, "spark.memphis.enable", "true", "known keys: spark.memphis.enabled"),
     ({"checkpoint_dir": "/dev/null/checkpoints"}, "spark.memphis.checkpoint.dir", "/dev/null/checkpoints",
      "cannot be made or written"),

@@ -32,6 +32,7 @@ object CacheStats {
     val Checkpointed = Value("checkpointed")
     val CheckpointsReleased = Value("checkpoints_released")
     val CheckpointFilesDeleted = Value("checkpoint_files_deleted")
+    val PersistedSpeculatively = Value("persisted_speculatively")
     val BroadcastsRegistered = Value("broadcasts_registered")
     val BroadcastsReused = Value("broadcasts_reused")
     val BroadcastsReleased = Value("broadcasts_released")

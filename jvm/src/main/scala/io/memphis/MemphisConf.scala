@@ -21,12 +21,7 @@ object MemphisConf {
 
   val Enabled: Entry[Boolean] = Entry(
     Prefix + "enabled", "true", "a boolean (true or false)",
-    "Turns every memphis rule on or off for the session; false is the plain-Spark baseline.")(
-    v => v.trim.toLowerCase(Locale.ROOT) match {
-      case "true" => Some(true)
-      case "false" => Some(false)
-      case _ => None
-    })
+    "Turns every memphis rule on or off for the session; false is the plain-Spark baseline.")(parseBoolean)
 
   val StorageFraction: Entry[Double] = Entry(
     Prefix + "storage.fraction", "0.7", "a number greater than 0 and at most 1",
@@ -72,6 +67,12 @@ object MemphisConf {
       "empty keeps lazy local checkpoints in Spark storage.")(
     v => Some(v.trim).filter(d => d.isEmpty || scala.util.Try(new org.apache.hadoop.fs.Path(d)).isSuccess))
 
+  val LoopSpeculative: Entry[Boolean] = Entry(
+    Prefix + "loop.speculative", "true", "a boolean (true or false)",
+    "In a loop whose results memphis checkpoints, checkpoint each iteration's result at its first " +
+      "occurrence (the same loop step over the previous result) instead of when the next query reads it, " +
+      "so that it is computed once; false waits for the next query.")(parseBoolean)
+
   // The driver-side tiers (Python) read the keys below; they are declared here so that the session
   // validates them with the rest.
   val HostMaxBytes: Entry[Long] = Entry(
@@ -106,8 +107,8 @@ object MemphisConf {
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
   val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, RetainedShuffles,
-    EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, HostMaxBytes, BroadcastMaxBytes,
-    BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
+    EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, LoopSpeculative, HostMaxBytes,
+    BroadcastMaxBytes, BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))
@@ -142,6 +143,12 @@ object MemphisConf {
       checkpoint.CheckpointFiles.unusable(dir, sc.hadoopConfiguration)
         .map(why => s"${CheckpointDir.key}=$dir is not allowed: $why; expected ${CheckpointDir.allowed}")
     }
+
+  private def parseBoolean(v: String): Option[Boolean] = v.trim.toLowerCase(Locale.ROOT) match {
+    case "true" => Some(true)
+    case "false" => Some(false)
+    case _ => None
+  }
 
   private def parseFraction(v: String): Option[Double] = v.trim.toDoubleOption.filter(f => f > 0 && f <= 1)
 

@@ -37,6 +37,14 @@ final class Checkpoint(val key: LineageKey, val relation: LogicalPlan, val rdd: 
  * Spark's ContextCleaner removes its blocks once no plan references its RDD any more, as for a
  * user's own `localCheckpoint()`; until then Spark's storage limits (memory, then disk) bound them.
  * A reliable checkpoint's folder is deleted at the same moment by [[CheckpointFiles]].
+ *
+ * Speculation (`spark.memphis.loop.speculative`): a query that reads or cuts a checkpoint and holds,
+ * above it, a loop step applied to it that the checkpointed subplan itself repeats below (the same
+ * canonical forms and child positions: the next iteration's result, see [[Checkpoints.nextStep]])
+ * checkpoints that subplan at its first occurrence, filled by this query's job, instead of
+ * computing it here and again inside the next query's cut. Only subplans with a lineage key
+ * (deterministic, every source fingerprinted), and not when the loop's previous result takes more
+ * than the storage budget (the last iteration's speculative checkpoint is read by no one).
  */
 final class Checkpoints(cache: LineageCache) {
   // Invariant: `registry` (key hash -> its checkpoint) and `seen` change only under this object's lock.
@@ -64,38 +72,73 @@ final class Checkpoints(cache: LineageCache) {
     if (height(plan) <= minHeight || plan.isInstanceOf[Command]) return plan
     val keys = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
     LineageKey.ofSubplans(plan, SparkShim.keyContext(session)).foreach { case (p, r) => keys.put(p, r) }
+    val speculate = MemphisConf.LoopSpeculative.get(conf)
     synchronized {
       releaseSuperseded()
       val used = mutable.ArrayBuffer.empty[Checkpoint]
+      // Subplans to checkpoint at their first occurrence: one loop step above the checkpoint they map to.
+      val ahead = new IdentityHashMap[LogicalPlan, Checkpoint]()
+
+      def make(p: LogicalPlan, inner: LogicalPlan, k: LineageKey, builtOn: Seq[Checkpoint], why: String): Checkpoint = {
+        made += 1
+        val folder = Option(dir).filter(_.nonEmpty).map(files.folder(_, made))
+        val (relation, rdd) = folder.fold(SparkShim.localCheckpoint(session, inner))(
+          SparkShim.reliableCheckpoint(session, inner, _))
+        val c = new Checkpoint(k, relation, rdd, builtOn.distinct, made, folder)
+        registry(k.hash) = c
+        used += c
+        cache.decide(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
+          s"(${folder.fold("local")(f => s"reliable, in $f")}; height ${height(p)} > $minHeight, $why; " +
+          s"built on ${c.builtOn.map(_.number).mkString("[", ",", "]")})")
+        c
+      }
+
+      // The nearest subplan above `c` that is the loop step `c` repeats, applied once more, is next.
+      def expect(c: Checkpoint, above: List[LogicalPlan]): Unit = if (speculate) {
+        above.find(a => Option(keys.get(a)).flatMap(_.toOption).exists(Checkpoints.nextStep(_, c.key)))
+          .filterNot(ahead.containsKey).foreach { next =>
+            val bytes = SparkShim.storedBytes(c.rdd)
+            val budget = cache.storageBudgetBytes(conf)
+            if (bytes <= budget) ahead.put(next, c)
+            else LineageCache.log.debug(s"memphis: no speculative checkpoint over #${c.number}: the loop's " +
+              s"previous result takes $bytes bytes, more than the storage budget of $budget")
+          }
+      }
 
       // Only the topmost loop-carried subplan is checkpointed; below it, registered checkpoints are substituted.
-      def rewrite(p: LogicalPlan, isRoot: Boolean, mayCut: Boolean = true): LogicalPlan =
+      def rewrite(p: LogicalPlan, isRoot: Boolean, mayCut: Boolean, above: List[LogicalPlan]): LogicalPlan =
         if (height(p) <= minHeight || p.isInstanceOf[Command]) p
         else Option(keys.get(p)).flatMap(_.toOption) match {
           case Some(k) if registry.get(k.hash).exists(_.key.sameLineage(k)) =>
             val c = registry(k.hash)
             used += c
+            if (mayCut) expect(c, above)
             SparkShim.rebind(c.relation, p.output)
           case Some(k) if mayCut && !isRoot && seen.contains(k.hash) && !registry.contains(k.hash) =>
             val before = used.size
-            val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut = false))
+            val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut = false, p :: above))
             val builtOn = used.drop(before).toSeq
             used.remove(before, used.size - before)
-            made += 1
-            val folder = Option(dir).filter(_.nonEmpty).map(files.folder(_, made))
-            val (relation, rdd) = folder.fold(SparkShim.localCheckpoint(session, inner))(
-              SparkShim.reliableCheckpoint(session, inner, _))
-            val c = new Checkpoint(k, relation, rdd, builtOn.distinct, made, folder)
-            registry(k.hash) = c
-            used += c
-            cache.decide(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
-              s"(${folder.fold("local")(f => s"reliable, in $f")}; height ${height(p)} > $minHeight, " +
-              s"held by an earlier query; built on ${builtOn.map(_.number).distinct.mkString("[", ",", "]")})")
-            SparkShim.rebind(relation, p.output)
-          case _ => p.mapChildren(rewrite(_, isRoot = false, mayCut))
+            val c = make(p, inner, k, builtOn, "held by an earlier query")
+            expect(c, above)
+            SparkShim.rebind(c.relation, p.output)
+          case key =>
+            val before = used.size
+            val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut, p :: above))
+            (key, Option(ahead.get(p))) match {
+              case (Some(k), Some(last)) =>
+                val builtOn = used.drop(before).toSeq
+                used.remove(before, used.size - before)
+                val why = s"speculative: the loop step of checkpoint #${last.number} applied once more (the next " +
+                  "iteration's result), checkpointed at its first occurrence so that this query's job computes it once"
+                cache.decide(Counter.PersistedSpeculatively, s"${k.hash}: $why")
+                val c = make(p, inner, k, builtOn, why)
+                SparkShim.rebind(c.relation, p.output)
+              case _ => inner
+            }
         }
 
-      val result = rewrite(plan, isRoot = true)
+      val result = rewrite(plan, isRoot = true, mayCut = true, Nil)
       // Remember this query's deep subplans: the next iteration's plan holds them.
       keys.forEach { (p, r) =>
         r.foreach(k => if (height(p) > minHeight) {
@@ -136,4 +179,22 @@ final class Checkpoints(cache: LineageCache) {
 object Checkpoints {
   /** How many deep subplan keys are remembered; a loop needs only the last iteration's. */
   val MaxSeen = 4096
+
+  /**
+   * Whether `next` is a loop step applied to `carried` that `carried` itself repeats: the canonical
+   * forms and child positions on the path from `next` down to `carried` are met again, in order,
+   * going down from `carried`. `next` is then the same template one iteration further.
+   */
+  def nextStep(next: LineageKey, carried: LineageKey): Boolean =
+    next.local == carried.local && pathTo(next, carried).exists { step =>
+      step.nonEmpty && step.foldLeft(Option(carried)) { case (k, (local, i)) =>
+        k.filter(k => k.local == local && i < k.children.size).map(_.children(i))
+      }.isDefined
+    }
+
+  /** The canonical form and child position of each node on the path from `key` down to `target`. */
+  private def pathTo(key: LineageKey, target: LineageKey): Option[Seq[(String, Int)]] =
+    if (key.hash == target.hash) Some(Nil)
+    else key.children.iterator.zipWithIndex.filter(_._1.height >= target.height)
+      .flatMap { case (c, i) => pathTo(c, target).map((key.local, i) +: _) }.nextOption()
 }

@@ -150,6 +150,10 @@ object SparkShim {
     }, fresh)
   }
 
+  /** Bytes (memory + disk) of the blocks Spark stores for `rdd` now. */
+  def storedBytes(rdd: RDD[_]): Long =
+    rdd.sparkContext.getRDDStorageInfo(_.id == rdd.id).map(i => i.memSize + i.diskSize).sum
+
   /** Whether a local checkpoint's RDD has been materialized (its lineage is cut now). */
   def isCheckpointed(rdd: RDD[_]): Boolean = rdd.isCheckpointed
 
