@@ -38,9 +38,10 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** The name of `user`'s entry (or checkpoint, or broadcast) of key `hash`: per user unless shared. */
   def scoped(hash: String, user: String): String = if (shareAcrossUsers) hash else s"$hash $user"
 
-  // Invariant: `entries` (by entry id: key hash, and user unless shared) and `byRdd` (cached RDD id -> entry) change only under this
-  // object's lock, together with the entries' own fields; an entry is in `byRdd` only while it holds
-  // a cached relation (to-persist or materialized) whose RDD Spark has built.
+  // Invariant: `entries` (by entry id: key hash, and user unless shared) and `byRdd` (cached RDD
+  // id -> entry) change only under this object's lock, together with the entries' own fields; an
+  // entry is in `byRdd` only while it holds a cached relation (to-persist or materialized) whose RDD
+  // Spark has built.
   private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
   private val byRdd = mutable.Map.empty[Int, CacheEntry]
   /** Seen entries that keep their first occurrence's shuffles, oldest first (bounded by a conf). */
@@ -89,7 +90,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * subplans served or persisted for this query's user ([[io.memphis.reuse.OwnerMark]]): by
    * identity, each with the node to put over it.
    */
-  def consider(session: SparkSession, plan: LogicalPlan): java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan] = {
+  def consider(session: SparkSession,
+      plan: LogicalPlan): java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan] = {
     val marks = new java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan]
     // This runs for every query: one with nothing to persist and nothing held to check costs no keys.
     val holding = synchronized(entries.values.exists(e => EntryState.Holding.contains(e.state)))

@@ -13,8 +13,8 @@ import org.apache.spark.sql.catalyst.rules.Rule
  *
  * Its canonical form keeps the user and drops the marks below it: an entry persisted with the
  * entries inside it marked (so that its job reads theirs) still matches the same subplan after
- * those were let go. The optimizer removes the marks before anything else sees them
- * ([[RemoveOwnerMarks]]).
+ * those were let go. The optimizer removes the marks that remain ([[RemoveOwnerMarks]]): at the
+ * root of a cached plan while Spark plans it, or over a subplan whose relation was let go meanwhile.
  */
 final case class OwnerMark(user: String, child: LogicalPlan) extends UnaryNode {
   override def output: Seq[Attribute] = child.output
