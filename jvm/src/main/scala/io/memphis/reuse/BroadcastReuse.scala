@@ -59,10 +59,10 @@ final class BroadcastRegistry(cache: LineageCache) {
 
   /**
    * The registered broadcast `exchange` may read in `scope` (see [[scopeNow]]), if any, given its
-   * build side's key now. A
-   * registered broadcast of the same identity whose lineage differs is stale (a source changed):
-   * it is let go. When the same key was planned by a query whose end has not reached the registry
-   * yet, waits for Spark's listeners once (outside the lock: the listener needs it).
+   * build side's key now. A registered broadcast of the same identity whose lineage differs is
+   * stale (a source changed): it is let go. When the same key was planned by a query whose end has
+   * not reached the registry yet, waits for Spark's listeners once (outside the lock: the listener
+   * needs it).
    */
   def lookup(identity: SparkPlan, scope: String, key: LineageKey, budgetBytes: Long): Option[RetainedBroadcast] = {
     def find(): Option[RetainedBroadcast] = synchronized {
