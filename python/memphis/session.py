@@ -160,7 +160,8 @@ def stats(spark) -> dict:
     """The memphis counters of every tier, as ``{name: number}``; one py4j round trip.
 
     Spark tier (what ``SELECT * FROM memphis_stats()`` shows): hits, misses, persisted,
-    materialized, evicted, invalidated, refused, bytes_held, compute_saved_ms, shuffles_retained,
+    materialized, evicted, invalidated, refused, refused_other_user (another user's entry, not
+    served: ``spark.memphis.shareAcrossUsers``), bytes_held, compute_saved_ms, shuffles_retained,
     shuffles_reused, storage_budget_bytes; for loops checkpointed, checkpoints_released,
     checkpoint_files_deleted and persisted_speculatively; and for join broadcasts read across queries
     broadcasts_registered, broadcasts_reused, broadcasts_released and bytes_held_join_broadcasts.
@@ -195,8 +196,9 @@ def entries(spark):
     Columns: tier (spark, host or disk), key, state (Spark: seen, to-persist, materialized,
     evicted, invalid; driver: computing, cached, spilled), occurrences, hits, misses, consumers
     (distinct queries that used it), readers (running queries that read it), size_bytes,
-    partitions_stored, partitions, cost_ms, score, height, last_access_ms, retained_shuffles, reason, and opcode
-    (driver entries: the operation that made it). A column that does not apply to a tier is empty.
+    partitions_stored, partitions, cost_ms, score, height, last_access_ms, retained_shuffles, reason, owner
+    (Spark entries: the user whose query produced it), and opcode (driver entries: the operation that
+    made it). A column that does not apply to a tier is empty.
     ``SELECT * FROM memphis_cache()`` shows the Spark rows.
 
     Examples

@@ -26,6 +26,7 @@ object CacheStats {
     val Evicted = Value("evicted")
     val Invalidated = Value("invalidated")
     val Refused = Value("refused")
+    val RefusedOtherUser = Value("refused_other_user")
     val ComputeSavedMs = Value("compute_saved_ms")
     val ShufflesRetained = Value("shuffles_retained")
     val ShufflesReused = Value("shuffles_reused")

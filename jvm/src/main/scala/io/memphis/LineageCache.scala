@@ -4,7 +4,8 @@ import scala.collection.mutable
 
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, SourceFingerprint}
-import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, ReuseRule, ShuffleReuseRule, StorageListener}
+import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, OwnerMark, RetainShuffle, ReuseRule, ShuffleReuseRule,
+  StorageListener}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.PythonUDF
@@ -26,9 +27,21 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   val stats = new CacheStats
 
-  // Invariant: `entries` (by key hash) and `byRdd` (cached RDD id -> entry) change only under this
-  // object's lock, together with the entries' own fields; an entry is in `byRdd` only while it holds
-  // a cached relation (to-persist or materialized) whose RDD Spark has built.
+  /**
+   * Whether an entry serves the queries of every user, or only those of the user whose query
+   * produced it (each user then has entries of their own, so that no one reads through the cache
+   * a source they could not read). A static conf: fixed for the context's life.
+   */
+  val shareAcrossUsers: Boolean = MemphisConf.ShareAcrossUsers.parse(
+    sparkContext.getConf.get(MemphisConf.ShareAcrossUsers.key, MemphisConf.ShareAcrossUsers.default)).contains(true)
+
+  /** The name of `user`'s entry (or checkpoint, or broadcast) of key `hash`: per user unless shared. */
+  def scoped(hash: String, user: String): String = if (shareAcrossUsers) hash else s"$hash $user"
+
+  // Invariant: `entries` (by entry id: key hash, and user unless shared) and `byRdd` (cached RDD
+  // id -> entry) change only under this object's lock, together with the entries' own fields; an
+  // entry is in `byRdd` only while it holds a cached relation (to-persist or materialized) whose RDD
+  // Spark has built.
   private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
   private val byRdd = mutable.Map.empty[Int, CacheEntry]
   /** Seen entries that keep their first occurrence's shuffles, oldest first (bounded by a conf). */
@@ -73,10 +86,13 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * candidate subplan (outermost first) counts an occurrence, persists it on its k-th, or counts a
    * hit when it is held. Subplans under a served one are not computed, so not counted; those under
    * a just-persisted one are (they fill it). Returns the first occurrences whose shuffle is to be
-   * kept (see [[io.memphis.reuse.RetainShuffle]]), by identity, with their key hashes.
+   * kept (see [[io.memphis.reuse.RetainShuffle]]) and, unless entries are shared across users, the
+   * subplans served or persisted for this query's user ([[io.memphis.reuse.OwnerMark]]): by
+   * identity, each with the node to put over it.
    */
-  def consider(session: SparkSession, plan: LogicalPlan): java.util.IdentityHashMap[LogicalPlan, String] = {
-    val marks = new java.util.IdentityHashMap[LogicalPlan, String]
+  def consider(session: SparkSession,
+      plan: LogicalPlan): java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan] = {
+    val marks = new java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan]
     // This runs for every query: one with nothing to persist and nothing held to check costs no keys.
     val holding = synchronized(entries.values.exists(e => EntryState.Holding.contains(e.state)))
     if (!holding && !plan.exists(LineageCache.isCandidate(_, plan))) return marks
@@ -91,17 +107,23 @@ final class LineageCache private (val sparkContext: SparkContext) {
     // The query that consumes each subplan: its own key, or its plan's shape when it has none.
     val consumer = results.collectFirst { case (p, Right(k)) if p eq plan => k.hash }
       .getOrElse(plan.semanticHash().toHexString)
+    val user = SparkShim.currentUser
     val served = mutable.Set.empty[LogicalPlan]
+    // The subplans this query reads from memphis's storage, served or persisted (by identity).
+    val owned = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap[LogicalPlan, java.lang.Boolean])
     val due = mutable.ArrayBuffer.empty[(LogicalPlan, CacheEntry)]
     results.foreach { case (subplan, result) =>
       if (LineageCache.isCandidate(subplan, plan) && !served.exists(_.exists(_ eq subplan))) {
         result match {
           case Left(reason) => decide(Counter.Refused, s"no reuse of ${subplan.nodeName}: $reason")
           case Right(key) => synchronized {
-            observe(session, subplan, key, minOccurrences, consumer) match {
-              case Observed.Served => served += subplan
+            observe(session, subplan, key, user, minOccurrences, consumer) match {
+              case Observed.Served =>
+                served += subplan
+                owned.add(subplan)
               case Observed.Due(e) => due += subplan -> e
-              case Observed.First if retainShuffles && LineageCache.keepsShuffle(subplan) => marks.put(subplan, key.hash)
+              case Observed.First if retainShuffles && LineageCache.keepsShuffle(subplan) =>
+                marks.put(subplan, RetainShuffle(scoped(key.hash, user), _))
               case _ =>
             }
           }
@@ -119,10 +141,25 @@ final class LineageCache private (val sparkContext: SparkContext) {
     synchronized(chosen.foreach { case (subplan, e) =>
       // A concurrent query may have persisted it since it was found due.
       if (!EntryState.Holding.contains(e.state)) {
-        persist(session, e, subplan, s"occurrence ${e.occurrences}: persisted, filled by the job that needs it")
+        persist(session, e, subplan, s"occurrence ${e.occurrences}: persisted, filled by the job that needs it", owned)
       }
+      if (EntryState.Holding.contains(e.state)) owned.add(subplan)
     })
+    if (!shareAcrossUsers) owned.forEach(p => marks.put(p, OwnerMark(user, _)))
     marks
+  }
+
+  /**
+   * `subplan` as memphis caches it and looks it up for `user`: under the user's mark unless entries
+   * are shared, with the subplans in `inner` (held for the same user) marked too, so that Spark
+   * substitutes their cached relations into it and its job reads them.
+   */
+  private def ownedPlan(subplan: LogicalPlan, user: String, inner: java.util.Set[LogicalPlan]): LogicalPlan = {
+    def mark(p: LogicalPlan): LogicalPlan = {
+      val marked = p.mapChildren(mark)
+      if (inner.contains(p)) OwnerMark(user, marked) else marked
+    }
+    if (shareAcrossUsers) subplan else OwnerMark(user, subplan.mapChildren(mark))
   }
 
   /**
@@ -135,14 +172,17 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val found = LineageKey.ofSubplans(plan, SparkShim.keyContext(session)).collectFirst {
       case (subplan, Right(key)) if key.hash == hash && LineageCache.isCandidate(subplan, plan) => (subplan, key)
     }
+    val user = SparkShim.currentUser
     found.exists { case (subplan, key) => synchronized {
       this.session = Some(session)
-      val entry = entries.get(hash) match {
+      val entry = entries.get(scoped(hash, user)) match {
         case Some(e) => Some(e).filter(_.key.sameLineage(key))
-        case None => Some(remember(key, System.currentTimeMillis()))
+        case None => Some(remember(key, user, System.currentTimeMillis()))
       }
       entry.exists { e =>
-        if (!EntryState.Holding.contains(e.state) && !e.tooLarge) persist(session, e, subplan, reason)
+        if (!EntryState.Holding.contains(e.state) && !e.tooLarge) {
+          persist(session, e, subplan, reason, java.util.Collections.emptySet())
+        }
         EntryState.Holding.contains(e.state)
       }
     }}
@@ -160,22 +200,27 @@ final class LineageCache private (val sparkContext: SparkContext) {
   }
 
   /** Counts an occurrence of the subplan, and says whether this query reads it from storage or should persist it. */
-  private def observe(session: SparkSession, subplan: LogicalPlan, key: LineageKey, minOccurrences: Int,
+  private def observe(session: SparkSession, subplan: LogicalPlan, key: LineageKey, user: String, minOccurrences: Int,
       consumer: String): Observed = {
     val now = System.currentTimeMillis()
-    val known = entries.get(key.hash).filter(_.key.sameLineage(key))
+    val id = scoped(key.hash, user)
+    if (!shareAcrossUsers && entries.valuesIterator.exists(o =>
+        o.key.hash == key.hash && o.owner != user && EntryState.Holding.contains(o.state))) {
+      decide(Counter.RefusedOtherUser, s"not serving ${key.hash} to $user: another user's entry; computed on its own")
+    }
+    val known = entries.get(id).filter(_.key.sameLineage(key))
     known.foreach(_.addConsumer(consumer))
     known match {
-      case None if entries.contains(key.hash) =>
+      case None if entries.contains(id) =>
         decide(Counter.Refused, s"no reuse of ${subplan.nodeName}: its key hash ${key.hash} collides with another plan's")
         Observed.Counted
       case None =>
-        val e = remember(key, now)
+        val e = remember(key, user, now)
         e.addConsumer(consumer)
         decide(Counter.Misses, s"seen ${key.hash}: first occurrence")
         if (minOccurrences <= 1) Observed.Due(e) else Observed.First
       case Some(e) if EntryState.Holding.contains(e.state) &&
-          SparkShim.cachedRelationName(session, subplan).contains(e.relationName) =>
+          SparkShim.cachedRelationName(session, ownedPlan(subplan, user, java.util.Collections.emptySet())).contains(e.relationName) =>
         e.occurrences += 1
         e.hits += 1
         e.lastAccess = now
@@ -199,33 +244,33 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * A new seen entry for `key`. The entries that only remember (seen, evicted, invalid) are kept to
    * a bounded number, oldest out.
    */
-  private def remember(key: LineageKey, now: Long): CacheEntry = {
-    val e = new CacheEntry(key, now)
-    entries(key.hash) = e
+  private def remember(key: LineageKey, user: String, now: Long): CacheEntry = {
+    val e = new CacheEntry(scoped(key.hash, user), key, user, now)
+    entries(e.id) = e
     val remembered = entries.values.filterNot(e => EntryState.Holding.contains(e.state))
     if (remembered.size > LineageCache.MaxRemembered) {
       val oldest = remembered.minBy(_.lastAccess)
       dropShuffles(oldest)
-      entries.remove(oldest.key.hash)
+      entries.remove(oldest.id)
     }
     e
   }
 
   /**
-   * The shuffles the first occurrence of the seen entry `hash` wrote ([[io.memphis.reuse.RetainShuffleExec]]):
+   * The shuffles the first occurrence of the seen entry `id` wrote ([[io.memphis.reuse.RetainShuffleExec]]):
    * kept for its second occurrence, for at most `spark.memphis.reuse.retainedShuffles` entries,
    * oldest let go first (Spark then cleans their files as it would have).
    */
-  def retainShuffles(hash: String, shuffles: Seq[SparkPlan]): Unit = synchronized {
+  def retainShuffles(id: String, shuffles: Seq[SparkPlan]): Unit = synchronized {
     // A plan run again (a DataFrame collected twice) offers the same shuffles again: nothing new.
     val fresh = (e: CacheEntry) => e.firstShuffles.length != shuffles.length || e.firstShuffles.zip(shuffles).exists(p => p._1 ne p._2)
-    entries.get(hash).filter(e => e.state == EntryState.Seen && shuffles.nonEmpty && fresh(e)).foreach { e =>
+    entries.get(id).filter(e => e.state == EntryState.Seen && shuffles.nonEmpty && fresh(e)).foreach { e =>
       dropShuffles(e)
       e.firstShuffles = shuffles
       retaining += e
       val bound = MemphisConf.RetainedShuffles.get(SQLConf.get)
       while (retaining.size > bound) dropShuffles(retaining.head)
-      decide(Counter.ShufflesRetained, s"retain ${shuffles.size} shuffle(s) of the first occurrence of $hash")
+      decide(Counter.ShufflesRetained, s"retain ${shuffles.size} shuffle(s) of the first occurrence of ${e.key.hash}")
     }
   }
 
@@ -237,9 +282,12 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /**
    * Registers the subplan with Spark's CacheManager, which substitutes it into this query and fills
    * it in the job that needs it. Its RDD appears only then; [[blockUpdated]] adopts it by name.
+   * `inner`: subplans inside it held for the same user ([[ownedPlan]]).
    */
-  private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan, reason: String): Unit = {
-    if (SparkShim.cachedRelationName(session, subplan).isDefined) {
+  private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan, reason: String,
+      inner: java.util.Set[LogicalPlan]): Unit = {
+    val toCache = ownedPlan(subplan, e.owner, inner)
+    if (Seq(subplan, toCache).distinct.exists(SparkShim.cachedRelationName(session, _).isDefined)) {
       e.reason = "already cached outside memphis"
     } else {
       // Adaptive execution may coalesce the cached plan's partitions (Spark keeps them fixed for
@@ -252,12 +300,12 @@ final class LineageCache private (val sparkContext: SparkContext) {
       conf.setConfString(adaptive, "true")
       val reused = (n: Int) => decide(Counter.ShufflesReused, s"persist ${e.key.hash} from $n shuffle(s) of its first occurrence")
       try ReuseRule.suspended(ShuffleReuseRule.offering(e.firstShuffles, reused)(SparkShim.cacheManager(session)
-        .cacheQuery(SparkShim.classic(session), subplan, e.relationName, StorageLevel.MEMORY_AND_DISK)))
+        .cacheQuery(SparkShim.classic(session), toCache, e.relationName, StorageLevel.MEMORY_AND_DISK)))
       finally {
         conf.setConfString(adaptive, before)
         dropShuffles(e)
       }
-      e.plan = Some(subplan)
+      e.plan = Some(toCache)
       e.persistedAt = System.currentTimeMillis()
       currentExecution.foreach(e.readers += _)
       e.state = EntryState.ToPersist

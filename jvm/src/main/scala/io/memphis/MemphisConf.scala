@@ -13,7 +13,8 @@ import org.apache.spark.sql.memphis.SparkShim
 object MemphisConf {
   val Prefix = "spark.memphis."
 
-  final case class Entry[T](key: String, default: String, allowed: String, doc: String)(
+  /** A static entry is fixed for the SparkContext's life: `spark.conf.set` refuses to change it. */
+  final case class Entry[T](key: String, default: String, allowed: String, doc: String, static: Boolean = false)(
       val parse: String => Option[T]) {
     /** The value in this session's conf; a value that slipped past validation counts as the default. */
     def get(conf: SQLConf): T = parse(conf.getConfString(key, default)).getOrElse(parse(default).get)
@@ -22,6 +23,13 @@ object MemphisConf {
   val Enabled: Entry[Boolean] = Entry(
     Prefix + "enabled", "true", "a boolean (true or false)",
     "Turns every memphis rule on or off for the session; false is the plain-Spark baseline.")(parseBoolean)
+
+  // Static: a user's session must not be able to switch it on to read another user's entries.
+  val ShareAcrossUsers: Entry[Boolean] = Entry(
+    Prefix + "shareAcrossUsers", "false", "a boolean (true or false)",
+    "Whether an entry one user's query produced (cached subplan, kept shuffle, broadcast, checkpoint) " +
+      "may serve another user's query; false keeps each user's entries to that user's queries. " +
+      "Fixed when the SparkContext starts.", static = true)(parseBoolean)
 
   val StorageFraction: Entry[Double] = Entry(
     Prefix + "storage.fraction", "0.7", "a number greater than 0 and at most 1",
@@ -106,12 +114,12 @@ object MemphisConf {
     "Share of the GPU's free memory, measured when the driver's GPU tier is made, that memphis manages " +
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
-  val All: Seq[Entry[_]] = Seq(Enabled, StorageFraction, StorageMaxBytes, MinOccurrences, RetainedShuffles,
-    EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, LoopSpeculative, HostMaxBytes,
-    BroadcastMaxBytes, BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
+  val All: Seq[Entry[_]] = Seq(Enabled, ShareAcrossUsers, StorageFraction, StorageMaxBytes, MinOccurrences,
+    RetainedShuffles, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, LoopSpeculative,
+    HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
-  All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed))
+  All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed, e.static))
 
   /** Forces the SQLConf registration above; call before a session reads or sets memphis keys. */
   def register(): Unit = ()

@@ -1,7 +1,7 @@
 package io.memphis
 
 import io.memphis.checkpoint.CheckpointRule
-import io.memphis.reuse.{BroadcastReuseRule, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
+import io.memphis.reuse.{BroadcastReuseRule, RemoveOwnerMarks, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.execution.ColumnarRule
 import org.apache.spark.sql.memphis.SparkShim
@@ -23,6 +23,7 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     // Normalization rules run in this order: the checkpoint cut first, so reuse decides on the cut plan.
     extensions.injectPlanNormalizationRule(session => new CheckpointRule(session))
     extensions.injectPlanNormalizationRule(session => new ReuseRule(session))
+    extensions.injectOptimizerRule(_ => RemoveOwnerMarks)
     // The shuffle a first occurrence keeps, and its reuse when the second occurrence is persisted.
     extensions.injectPlannerStrategy(_ => RetainShuffleStrategy)
     extensions.injectQueryStagePrepRule(_ => new ShuffleReuseRule(asQueryStage = true))

@@ -13,11 +13,12 @@ import org.apache.spark.sql.catalyst.plans.logical.{Command, LogicalPlan}
 import org.apache.spark.sql.memphis.SparkShim
 
 /**
- * One cut: the checkpoint standing for the subplan of `key`, the folder it is written to (reliable
+ * One cut: the checkpoint standing for the subplan of `key` (registered as `id`: the key's hash, and
+ * the user whose query made it unless entries are shared across users), the folder it is written to (reliable
  * checkpoints only), and the checkpoints it was built on: emptied once those are released, so that
  * nothing memphis holds keeps their RDDs reachable (Spark, and [[CheckpointFiles]], free what is not).
  */
-final class Checkpoint(val key: LineageKey, val relation: LogicalPlan, val rdd: RDD[_], var builtOn: Seq[Checkpoint],
+final class Checkpoint(val id: String, val key: LineageKey, val relation: LogicalPlan, val rdd: RDD[_], var builtOn: Seq[Checkpoint],
     val number: Long, val folder: Option[String])
 
 /**
@@ -47,7 +48,7 @@ final class Checkpoint(val key: LineageKey, val relation: LogicalPlan, val rdd: 
  * than the storage budget (the last iteration's speculative checkpoint is read by no one).
  */
 final class Checkpoints(cache: LineageCache) {
-  // Invariant: `registry` (key hash -> its checkpoint) and `seen` change only under this object's lock.
+  // Invariant: `registry` (id -> its checkpoint) and `seen` (ids) change only under this object's lock.
   private val registry = mutable.LinkedHashMap.empty[String, Checkpoint]
   private val seen = mutable.LinkedHashSet.empty[String]
   private var made = 0L
@@ -70,6 +71,8 @@ final class Checkpoints(cache: LineageCache) {
       }
     }
     if (height(plan) <= minHeight || plan.isInstanceOf[Command]) return plan
+    val user = SparkShim.currentUser
+    val id = (k: LineageKey) => cache.scoped(k.hash, user)
     val keys = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
     LineageKey.ofSubplans(plan, SparkShim.keyContext(session)).foreach { case (p, r) => keys.put(p, r) }
     val speculate = MemphisConf.LoopSpeculative.get(conf)
@@ -84,8 +87,8 @@ final class Checkpoints(cache: LineageCache) {
         val folder = Option(dir).filter(_.nonEmpty).map(files.folder(_, made))
         val (relation, rdd) = folder.fold(SparkShim.localCheckpoint(session, inner))(
           SparkShim.reliableCheckpoint(session, inner, _))
-        val c = new Checkpoint(k, relation, rdd, builtOn.distinct, made, folder)
-        registry(k.hash) = c
+        val c = new Checkpoint(id(k), k, relation, rdd, builtOn.distinct, made, folder)
+        registry(c.id) = c
         used += c
         cache.decide(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
           s"(${folder.fold("local")(f => s"reliable, in $f")}; height ${height(p)} > $minHeight, $why; " +
@@ -109,12 +112,12 @@ final class Checkpoints(cache: LineageCache) {
       def rewrite(p: LogicalPlan, isRoot: Boolean, mayCut: Boolean, above: List[LogicalPlan]): LogicalPlan =
         if (height(p) <= minHeight || p.isInstanceOf[Command]) p
         else Option(keys.get(p)).flatMap(_.toOption) match {
-          case Some(k) if registry.get(k.hash).exists(_.key.sameLineage(k)) =>
-            val c = registry(k.hash)
+          case Some(k) if registry.get(id(k)).exists(_.key.sameLineage(k)) =>
+            val c = registry(id(k))
             used += c
             if (mayCut) expect(c, above)
             SparkShim.rebind(c.relation, p.output)
-          case Some(k) if mayCut && !isRoot && seen.contains(k.hash) && !registry.contains(k.hash) =>
+          case Some(k) if mayCut && !isRoot && seen.contains(id(k)) && !registry.contains(id(k)) =>
             val before = used.size
             val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut = false, p :: above))
             val builtOn = used.drop(before).toSeq
@@ -142,8 +145,8 @@ final class Checkpoints(cache: LineageCache) {
       // Remember this query's deep subplans: the next iteration's plan holds them.
       keys.forEach { (p, r) =>
         r.foreach(k => if (height(p) > minHeight) {
-          seen.remove(k.hash)
-          seen += k.hash
+          seen.remove(id(k))
+          seen += id(k)
         })
       }
       while (seen.size > Checkpoints.MaxSeen) seen.remove(seen.head)
@@ -154,14 +157,14 @@ final class Checkpoints(cache: LineageCache) {
   /** Forgets the checkpoints under a materialized one: no plan memphis makes reads them again. */
   private def releaseSuperseded(): Unit = {
     val materialized = registry.values.filter(c => SparkShim.isCheckpointed(c.rdd)).toSeq
-    val superseded = materialized.flatMap(_.builtOn).filter(c => registry.get(c.key.hash).exists(_ eq c)).distinct
+    val superseded = materialized.flatMap(_.builtOn).filter(c => registry.get(c.id).exists(_ eq c)).distinct
     superseded.foreach(c => release(c, s"superseded: a checkpoint built on it is materialized"))
     materialized.foreach(_.builtOn = Nil)
   }
 
   /** Forgets `c`; its blocks and files go when no plan references its RDD (see the class comment). */
   private def release(c: Checkpoint, why: String): Unit = {
-    registry.remove(c.key.hash)
+    registry.remove(c.id)
     c.folder.foreach(files.deleteWhenUnreachable(c.rdd, _))
     cache.decide(Counter.CheckpointsReleased, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
   }

@@ -13,7 +13,10 @@ import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
  * source is unchanged; anything else means recompute.
  */
 sealed trait SourceFingerprint {
-  /** Which source this is (its paths or table id), without its state; None for immutable data. */
+  /**
+   * Which source this is (its paths or table id), without its state, for the staleness check; None
+   * for data that cannot change (local rows, a time-travel read's pinned version).
+   */
   def identity: Option[String]
   /** Stable text folded into the key: identity and state, no object addresses. */
   def digest: String
@@ -29,7 +32,7 @@ object SourceFingerprint {
   def identityOf(leaf: org.apache.spark.sql.catalyst.plans.logical.LogicalPlan): Option[String] = leaf match {
     case l: org.apache.spark.sql.execution.datasources.LogicalRelation => l.relation match {
       case fs: org.apache.spark.sql.execution.datasources.HadoopFsRelation =>
-        Some(pathsIdentity(fs.location.rootPaths.map(_.toString)))
+        if (DeltaVersion.isPinned(fs.location)) None else Some(pathsIdentity(fs.location.rootPaths.map(_.toString)))
       case _ => None
     }
     case r: org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation => Option(r.table.id()).map(tableIdentity)
@@ -125,11 +128,17 @@ private[lineage] object Canonical {
  * A Delta table: its id and the version a read resolves to. A time-travel read is pinned to its
  * version; a latest read resolves to the newest commit in `_delta_log`, listed directly (not
  * through Delta's cached snapshot), so writers in other processes are seen.
+ *
+ * A pinned read's data cannot change, so it has no identity: a commit never invalidates its entries,
+ * and a query that reads it does not look like a change to a latest read's entries. Its digest
+ * says "pinned", so a pinned and a latest read of the same version are two entries: the next commit
+ * invalidates the latest one's only.
  */
 final case class DeltaVersion(path: String, tableId: String, version: Long, pinned: Boolean)(
     hadoopConf: Configuration) extends SourceFingerprint {
-  def identity: Option[String] = Some(SourceFingerprint.pathsIdentity(Seq(path)))
-  def digest: String = s"delta(${Canonical.quote(path)};${Canonical.quote(tableId)};v=$version)"
+  def identity: Option[String] = if (pinned) None else Some(SourceFingerprint.pathsIdentity(Seq(path)))
+  def digest: String =
+    s"delta(${Canonical.quote(path)};${Canonical.quote(tableId)};v=$version${if (pinned) ";pinned" else ""})"
   def describe: String = s"Delta table $path (id $tableId) at version $version" + (if (pinned) ", pinned" else "")
   def recheck(): SourceFingerprint =
     if (pinned) this else copy(version = DeltaVersion.latestVersion(path, hadoopConf))(hadoopConf)
@@ -144,11 +153,9 @@ object DeltaVersion {
    * no fingerprint: treating it as plain files could confuse a pinned read with a latest one.
    */
   def of(location: AnyRef, rootPaths: Seq[String], hadoopConf: Configuration): Option[DeltaVersion] = {
-    if (!location.getClass.getName.startsWith("org.apache.spark.sql.delta.")) return None
-    def call(target: AnyRef, method: String): Option[AnyRef] =
-      scala.util.Try(target.getClass.getMethod(method).invoke(target)).toOption.flatMap(Option(_))
+    if (!isDelta(location)) return None
     val snapshot = call(location, "snapshotAtAnalysis")
-    val pinned = call(location, "isTimeTravelQuery").contains(java.lang.Boolean.TRUE)
+    val pinned = isPinned(location)
     val path = rootPaths match {
       case Seq(only) => only
       case other => throw new NoKey(s"a Delta index over ${other.size} root paths")
@@ -160,6 +167,15 @@ object DeltaVersion {
       else latestVersion(path, hadoopConf)
     Some(DeltaVersion(path, tableId, version, pinned)(hadoopConf))
   }
+
+  private def isDelta(location: AnyRef): Boolean = location.getClass.getName.startsWith("org.apache.spark.sql.delta.")
+
+  /** Whether `location` is the Delta index of a time-travel read. */
+  def isPinned(location: AnyRef): Boolean =
+    isDelta(location) && call(location, "isTimeTravelQuery").contains(java.lang.Boolean.TRUE)
+
+  private def call(target: AnyRef, method: String): Option[AnyRef] =
+    scala.util.Try(target.getClass.getMethod(method).invoke(target)).toOption.flatMap(Option(_))
 
   /** The newest commit in `_delta_log`; -1 when there is none (not a Delta table yet). */
   def latestVersion(path: String, hadoopConf: Configuration): Long = {

@@ -15,9 +15,16 @@ import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
 import org.apache.spark.sql.memphis.SparkShim
 
-/** A broadcast an earlier query built: what it is, what its sources held then, and its exchange or stage. */
-final class RetainedBroadcast(val identity: SparkPlan, val key: LineageKey, val plan: SparkPlan, val bytes: Long,
-    var lastUse: Long)
+/**
+ * A broadcast an earlier query built: what it is, what its sources held then, and its exchange or
+ * stage; registered under `identity` and, unless entries are shared across users, the user whose
+ * query built it (`scope`).
+ */
+final class RetainedBroadcast(val identity: SparkPlan, val scope: String, val key: LineageKey, val plan: SparkPlan,
+    val bytes: Long, var lastUse: Long)
+
+/** The key of a broadcast exchange's build side, and in whose scope its query planned it. */
+final case class PlannedBroadcast(key: LineageKey, scope: String)
 
 /**
  * The broadcasts of joins that later queries may read instead of building them again; one per
@@ -38,9 +45,9 @@ final class RetainedBroadcast(val identity: SparkPlan, val key: LineageKey, val 
  * ContextCleaner destroys it once no plan references it, as it does for any query's broadcast.
  */
 final class BroadcastRegistry(cache: LineageCache) {
-  // Invariant: `entries` (identity -> entry, least recently used first), `expected` and `budget`
-  // change only under this object's lock.
-  private val entries = mutable.LinkedHashMap.empty[SparkPlan, RetainedBroadcast]
+  // Invariant: `entries` ((identity, scope) -> entry, least recently used first), `expected` and
+  // `budget` change only under this object's lock.
+  private val entries = mutable.LinkedHashMap.empty[(SparkPlan, String), RetainedBroadcast]
   /** Key hashes of broadcasts planned and not registered yet (their query may have just ended). */
   private val expected = mutable.LinkedHashSet.empty[String]
   /** Bytes the registry may hold: from the conf of the latest session that planned a broadcast. */
@@ -51,15 +58,16 @@ final class BroadcastRegistry(cache: LineageCache) {
   def held: Int = synchronized(entries.size)
 
   /**
-   * The registered broadcast `exchange` may read, if any, given its build side's key now. A
-   * registered broadcast of the same identity whose lineage differs is stale (a source changed):
-   * it is let go. When the same key was planned by a query whose end has not reached the registry
-   * yet, waits for Spark's listeners once (outside the lock: the listener needs it).
+   * The registered broadcast `exchange` may read in `scope` (see [[scopeNow]]), if any, given its
+   * build side's key now. A registered broadcast of the same identity whose lineage differs is
+   * stale (a source changed): it is let go. When the same key was planned by a query whose end has
+   * not reached the registry yet, waits for Spark's listeners once (outside the lock: the listener
+   * needs it).
    */
-  def lookup(identity: SparkPlan, key: LineageKey, budgetBytes: Long): Option[RetainedBroadcast] = {
+  def lookup(identity: SparkPlan, scope: String, key: LineageKey, budgetBytes: Long): Option[RetainedBroadcast] = {
     def find(): Option[RetainedBroadcast] = synchronized {
       budget = budgetBytes
-      entries.get(identity).flatMap { r =>
+      entries.get(identity -> scope).flatMap { r =>
         if (!r.key.sameLineage(key)) {
           release(r, Counter.BroadcastsReleased, "invalidated: a source of its build side changed")
           None
@@ -68,8 +76,8 @@ final class BroadcastRegistry(cache: LineageCache) {
           None
         } else {
           // Least recently used first: a reused entry moves to the end.
-          entries.remove(identity)
-          entries(identity) = r
+          entries.remove(identity -> scope)
+          entries(identity -> scope) = r
           r.lastUse = System.currentTimeMillis()
           Some(r)
         }
@@ -80,8 +88,16 @@ final class BroadcastRegistry(cache: LineageCache) {
         SparkShim.awaitListeners(cache.sparkContext, BroadcastRegistry.ListenerWaitMs)
         find()
       } else None
+    }.orElse {
+      if (synchronized(entries.keys.exists { case (i, s) => i == identity && s != scope })) {
+        cache.decide(Counter.RefusedOtherUser, s"not reusing broadcast ${key.hash} for $scope: another user's")
+      }
+      None
     }
   }
+
+  /** Whose broadcasts a query of this thread may read: the user's own, unless entries are shared. */
+  def scopeNow: String = if (cache.shareAcrossUsers) "" else SparkShim.currentUser
 
   /** A broadcast with this key is planned: its query registers it when it ends. */
   def planned(key: LineageKey): Unit = synchronized {
@@ -103,17 +119,19 @@ final class BroadcastRegistry(cache: LineageCache) {
    * could read was registered (it ended after the query was planned, or it is a plain exchange,
    * which cannot serve adaptive execution), so the newer one serves at least as many queries.
    */
-  private def register(built: SparkPlan, key: LineageKey): Unit = synchronized {
+  private def register(built: SparkPlan, planned: PlannedBroadcast): Unit = synchronized {
+    val key = planned.key
     expected -= key.hash
     val identity = SparkShim.exchangeIdentity(built)
     val bytes = SparkShim.broadcastBytes(built)
-    val known = entries.get(identity)
+    val known = entries.get(identity -> planned.scope)
     if (!known.exists(_.plan eq built)) { // the same plan run again registers nothing new
       known.foreach(release(_, Counter.BroadcastsReleased, "replaced by a newer build of the same broadcast"))
       if (bytes > budget) {
         cache.decide(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed the budget of $budget")
       } else {
-        entries(identity) = new RetainedBroadcast(identity, key, built, bytes, System.currentTimeMillis())
+        entries(identity -> planned.scope) =
+          new RetainedBroadcast(identity, planned.scope, key, built, bytes, System.currentTimeMillis())
         cache.decide(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes)")
         while (entries.values.map(_.bytes).sum > budget) {
           release(entries.head._2, Counter.BroadcastsReleased, s"over the budget of $budget bytes (least recently used)")
@@ -123,7 +141,7 @@ final class BroadcastRegistry(cache: LineageCache) {
   }
 
   private def release(r: RetainedBroadcast, counter: Counter.Value, why: String): Unit = {
-    entries.remove(r.identity)
+    entries.remove(r.identity -> r.scope)
     SparkShim.releaseBroadcast(r.plan)
     cache.decide(counter, s"released broadcast ${r.key.hash}: $why")
   }
@@ -136,8 +154,11 @@ final class BroadcastRegistry(cache: LineageCache) {
 }
 
 object BroadcastRegistry {
-  /** The lineage key of a broadcast exchange's build side, set while it is planned. */
-  val KeyTag: TreeNodeTag[LineageKey] = TreeNodeTag[LineageKey]("memphis.broadcastKey")
+  /**
+   * The lineage key of a broadcast exchange's build side, set while it is planned, on the query's
+   * thread: the listener that registers the broadcast runs on another, so the scope travels with it.
+   */
+  val KeyTag: TreeNodeTag[PlannedBroadcast] = TreeNodeTag[PlannedBroadcast]("memphis.broadcastKey")
 
   /** How many planned, unregistered broadcast keys are remembered (for [[BroadcastRegistry.lookup]]'s wait). */
   val MaxExpected = 1024
@@ -192,12 +213,13 @@ final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) ext
         case Left(reason) => cache.decide(Counter.Refused, s"no reuse of a broadcast: $reason")
         case Right(k) =>
           val identity = SparkShim.exchangeIdentity(exchange)
-          cache.broadcasts.lookup(identity, k, budget).flatMap(r => SparkShim.reuseBroadcast(r.plan, exchange, asQueryStage)) match {
+          val scope = cache.broadcasts.scopeNow
+          cache.broadcasts.lookup(identity, scope, k, budget).flatMap(r => SparkShim.reuseBroadcast(r.plan, exchange, asQueryStage)) match {
             case Some(reuse) =>
               reuses.put(exchange, reuse)
               cache.decide(Counter.BroadcastsReused, s"reuse broadcast ${k.hash}")
             case None =>
-              SparkShim.broadcastExchange(exchange).setTagValue(BroadcastRegistry.KeyTag, k)
+              SparkShim.broadcastExchange(exchange).setTagValue(BroadcastRegistry.KeyTag, PlannedBroadcast(k, scope))
               cache.broadcasts.planned(k)
           }
       }

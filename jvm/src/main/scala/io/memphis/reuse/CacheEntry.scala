@@ -28,10 +28,12 @@ object EntryState extends Enumeration {
 }
 
 /**
- * One subplan memphis has seen. Mutable, and guarded by its [[io.memphis.LineageCache]]'s lock.
+ * One subplan memphis has seen, for the user whose query produced it (`owner`); `id` is its name in
+ * the cache: the key's hash, and the owner unless entries are shared across users. Mutable, and
+ * guarded by its [[io.memphis.LineageCache]]'s lock.
  */
-final class CacheEntry(val key: LineageKey, now: Long) {
-  /** The analyzed subplan Spark's CacheManager holds, while the entry is persisted. */
+final class CacheEntry(val id: String, val key: LineageKey, val owner: String, now: Long) {
+  /** The analyzed subplan Spark's CacheManager holds (under its [[OwnerMark]]), while the entry is persisted. */
   var plan: Option[LogicalPlan] = None
   var state: EntryState.Value = EntryState.Seen
   var occurrences = 1

@@ -22,21 +22,21 @@ import org.apache.spark.sql.vectorized.ColumnarBatch
  * occurrences, paid one occurrence earlier. It is invisible to plan comparison (canonical form of
  * its child), so Spark's CacheManager matches the marked subplan as if it were not there.
  */
-final case class RetainShuffle(keyHash: String, keep: Seq[Attribute], child: LogicalPlan) extends UnaryNode {
+final case class RetainShuffle(entryId: String, keep: Seq[Attribute], child: LogicalPlan) extends UnaryNode {
   override def output: Seq[Attribute] = child.output
   override protected def doCanonicalize(): LogicalPlan = child.canonicalized
   override protected def withNewChildInternal(newChild: LogicalPlan): RetainShuffle = copy(child = newChild)
 }
 
 object RetainShuffle {
-  def apply(keyHash: String, child: LogicalPlan): RetainShuffle = RetainShuffle(keyHash, child.output, child)
+  def apply(entryId: String, child: LogicalPlan): RetainShuffle = RetainShuffle(entryId, child.output, child)
 }
 
 /**
  * Passes its child's rows through; when its job is set up it hands the shuffles just below it (the
  * frontier: those reached without crossing another exchange) to the lineage cache's entry.
  */
-final case class RetainShuffleExec(keyHash: String, child: SparkPlan) extends UnaryExecNode {
+final case class RetainShuffleExec(entryId: String, child: SparkPlan) extends UnaryExecNode {
   override def output: Seq[Attribute] = child.output
   override def outputPartitioning: Partitioning = child.outputPartitioning
   override def outputOrdering: Seq[SortOrder] = child.outputOrdering
@@ -55,7 +55,7 @@ final case class RetainShuffleExec(keyHash: String, child: SparkPlan) extends Un
 
   // Under adaptive execution the frontier stages have run by now; otherwise they run in this job.
   private def retain(): Unit =
-    LineageCache.forContext(sparkContext).retainShuffles(keyHash, SparkShim.shuffleFrontier(child))
+    LineageCache.forContext(sparkContext).retainShuffles(entryId, SparkShim.shuffleFrontier(child))
 
   override protected def withNewChildInternal(newChild: SparkPlan): RetainShuffleExec = copy(child = newChild)
 }

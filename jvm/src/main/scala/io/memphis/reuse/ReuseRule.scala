@@ -18,8 +18,8 @@ import org.apache.spark.sql.internal.SQLConf
  * analyzed plan, before the optimizer pushes filters down, lets different filters on top of one
  * aggregate share it.
  *
- * The one change it makes to a plan is to mark the first occurrences of aggregates whose shuffle is
- * kept ([[RetainShuffle]]). It never raises into the user's query: on an internal failure it logs
+ * The only changes it makes to a plan are marks: the first occurrences of aggregates whose shuffle is
+ * kept ([[RetainShuffle]]), and the subplans memphis serves to this user ([[OwnerMark]]). It never raises into the user's query: on an internal failure it logs
  * why and leaves the query to plain Spark.
  */
 final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
@@ -43,12 +43,12 @@ final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
 }
 
 object ReuseRule {
-  /** `plan` with each subplan in `marks` (by identity: key hash) under a [[RetainShuffle]]. */
-  private def mark(plan: LogicalPlan, marks: java.util.IdentityHashMap[LogicalPlan, String]): LogicalPlan =
+  /** `plan` with each subplan in `marks` (by identity) under the node its mark makes. */
+  private def mark(plan: LogicalPlan, marks: java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan]): LogicalPlan =
     if (marks.isEmpty) plan
     else {
       val marked = plan.mapChildren(mark(_, marks))
-      Option(marks.get(plan)).fold(marked)(hash => RetainShuffle(hash, marked))
+      Option(marks.get(plan)).fold(marked)(_(marked))
     }
 
   private val suspendedHere: ThreadLocal[Boolean] = ThreadLocal.withInitial(() => false)

@@ -2,20 +2,24 @@ package io.memphis.lineage
 
 import java.nio.file.Files
 
-import org.apache.spark.sql.{Dataset, SparkSession}
+import io.memphis.LineageCache
+import io.memphis.CacheStats.Counter
+import org.apache.spark.sql.{DataFrame, Dataset, SparkSession}
+import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.memphis.SparkShim
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
-/** Delta sources: keys follow the table version; a time-travel read stays pinned. */
+/** Delta sources: keys follow the table version; a time-travel read stays pinned, and so does its entry. */
 class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
   private lazy val spark: SparkSession = SparkSession.builder().master("local[2]").appName("delta-keys")
     .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
     .config("spark.sql.shuffle.partitions", "4")
-    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension,io.memphis.MemphisSparkSessionExtension")
     .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
     .getOrCreate()
-  private lazy val path = Files.createTempDirectory("memphis-delta").resolve("table").toString
+  private lazy val dir = Files.createTempDirectory("memphis-delta")
+  private lazy val path = dir.resolve("table").toString
 
   override def afterAll(): Unit = spark.stop()
 
@@ -23,15 +27,18 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     LineageKey.of(SparkShim.analyzedPlan(df), SparkShim.keyContext(spark))
       .fold(reason => fail(s"no key: $reason"), identity)
 
-  private def latest = spark.read.format("delta").load(path)
-  private def pinned(version: Long) = spark.read.format("delta").option("versionAsOf", version).load(path)
+  private def latest: DataFrame = latest(path)
+  private def latest(at: String): DataFrame = spark.read.format("delta").load(at)
+  private def pinned(version: Long): DataFrame = pinned(path, version)
+  private def pinned(at: String, version: Long): DataFrame = spark.read.format("delta").option("versionAsOf", version).load(at)
 
   test("an append by another session changes the key of a latest read, not of a pinned one") {
     spark.range(100).write.format("delta").save(path)
     val before = key(latest.where("id > 10"))
     val v0 = key(pinned(0).where("id > 10"))
-    assert(before.hash == v0.hash, "version 0 is the latest: same data, same key")
+    assert(before.hash != v0.hash, "a pinned read is an entry of its own, even at the latest version")
     assert(before.allSources.head.describe.contains("version 0"))
+    assert(v0.allSources.head.identity.isEmpty, "a pinned version cannot change: nothing to check")
 
     spark.newSession().range(100, 150).write.format("delta").mode("append").save(path)
     assert(!before.sourcesUnchanged, "the latest read's source changed")
@@ -39,7 +46,7 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     val after = key(latest.where("id > 10"))
     assert(after.hash != before.hash)
     assert(key(pinned(0).where("id > 10")).hash == v0.hash, "a pinned read keeps its key")
-    assert(key(pinned(1).where("id > 10")).hash == after.hash)
+    assert(key(pinned(1).where("id > 10")).allSources.head.describe.contains("version 1, pinned"))
     assert(latest.count() == 150 && pinned(0).count() == 100)
   }
 
@@ -47,5 +54,37 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     val before = key(latest)
     spark.range(7).write.format("delta").mode("overwrite").save(path)
     assert(key(latest).hash != before.hash)
+  }
+
+  test("pinned and latest reads alternating keep both entries; an append invalidates the latest one's only") {
+    val at = dir.resolve("alternating").toString
+    spark.range(100).write.format("delta").save(at)
+    spark.range(100, 130).write.format("delta").mode("append").save(at)
+    val stats = LineageCache.forContext(spark.sparkContext).stats
+    def perBucket(df: DataFrame): Seq[(Long, Long)] =
+      df.groupBy((col("id") % 3).as("b")).count().collect().map(r => r.getLong(0) -> r.getLong(1)).toSeq.sorted
+    // Answer and hits of one query.
+    def run(df: => DataFrame): (Seq[(Long, Long)], Long) = {
+      val before = stats.get(Counter.Hits)
+      (perBucket(df), stats.get(Counter.Hits) - before)
+    }
+    val rounds = (1 to 3).map(_ => (run(latest(at)), run(pinned(at, 0))))
+    assert(rounds.map { case ((_, l), (_, p)) => (l, p) } == Seq((0, 0), (0, 0), (1, 1)),
+      "each is persisted at its 2nd occurrence and served at its 3rd")
+    assert(rounds.map(_._1._1).distinct.size == 1 && rounds.map(_._2._1).distinct.size == 1)
+    val invalidated = stats.get(Counter.Invalidated)
+
+    spark.newSession().range(130, 160).write.format("delta").mode("append").save(at)
+    val (latestAfter, latestHits) = run(latest(at))
+    val (pinnedAfter, pinnedHits) = run(pinned(at, 0))
+    assert(latestHits == 0 && stats.get(Counter.Invalidated) == invalidated + 1, "the latest read recomputes")
+    assert(pinnedHits == 1, "the pinned read is still served")
+    assert(latestAfter.map(_._2).sum == 160 && pinnedAfter.map(_._2).sum == 100)
+
+    spark.conf.set("spark.memphis.enabled", "false")
+    try {
+      assert(latestAfter == perBucket(latest(at)))
+      assert(pinnedAfter == perBucket(pinned(at, 0)) && pinnedAfter == rounds.head._2._1)
+    } finally spark.conf.set("spark.memphis.enabled", "true")
   }
 }

@@ -44,9 +44,16 @@ object SparkShim {
    * and `SET -v` lists the key with its doc.
    */
   def registerSqlConf(key: String, default: String, doc: String, isValid: String => Boolean,
-      allowed: String): Unit =
-    SQLConf.buildConf(key).doc(doc).version("memphis 0.1.0").stringConf
+      allowed: String, static: Boolean): Unit =
+    (if (static) SQLConf.buildStaticConf(key) else SQLConf.buildConf(key)).doc(doc).version("memphis 0.1.0").stringConf
       .checkValue(isValid, s"Allowed: $allowed.").createWithDefault(default)
+
+  /**
+   * The user a query runs as, by Spark's own rule (what `current_user()` returns): the user the
+   * Thrift server set for this statement's thread, else `SPARK_USER`, else the Hadoop
+   * `UserGroupInformation` current user (a `doAs` changes it).
+   */
+  def currentUser: String = org.apache.spark.sql.catalyst.CurrentUserContext.getCurrentUser
 
   /** Host and port of the driver's block manager, to tell driver storage from executors'. */
   def driverBlockManagerHostPort: Option[(String, Int)] =

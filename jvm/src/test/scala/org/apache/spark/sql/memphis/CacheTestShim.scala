@@ -1,0 +1,17 @@
+package org.apache.spark.sql.memphis
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+
+/** Spark internals the tests reach for, in Spark's package as [[SparkShim]] is. */
+object CacheTestShim {
+  /**
+   * Builds the RDD of the cached relation Spark holds for `plan` without running a job (adaptive
+   * execution off), as the first job that reads it would: its (id, partitions).
+   */
+  def buildCachedRdd(session: SparkSession, plan: LogicalPlan): Option[(Int, Int)] =
+    SparkShim.cacheManager(session).lookupCachedData(SparkShim.classic(session), plan).map { cached =>
+      val rdd = cached.cachedRepresentation.cacheBuilder.cachedColumnBuffers
+      rdd.id -> rdd.getNumPartitions
+    }
+}
