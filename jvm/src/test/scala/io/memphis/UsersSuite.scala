@@ -57,8 +57,11 @@ class UsersSuite extends AnyFunSuite with BeforeAndAfterEach {
     (df.collect().map(r => r.getLong(0) -> r.getLong(1)).toSeq.sorted, served)
   }
 
-  private def stat(spark: SparkSession, counter: Counter.Value): Long =
+  // Broadcasts are registered when Spark's listeners see their query end: wait for them first.
+  private def stat(spark: SparkSession, counter: Counter.Value): Long = {
+    SparkShim.awaitListeners(spark.sparkContext, 30000)
     LineageCache.forContext(spark.sparkContext).stats.get(counter)
+  }
 
   private def owners(spark: SparkSession): Seq[(String, String)] =
     LineageCache.forContext(spark.sparkContext).entryRows(e => e.owner -> e.state.toString).sorted
