@@ -65,7 +65,7 @@ def test_quick_benchmark_runs_every_mode_and_answers_agree(tmp_path):
     own (one SparkContext per process). run.py fails when a mode answers differently; timings are
     not checked."""
     result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "run.py"), "--scale", "0.1",
-                             "--repeats", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+                             "--repeats", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     for name, make in ALL.items():
         with open(tmp_path / f"{name}.json") as f:

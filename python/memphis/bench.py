@@ -178,7 +178,11 @@ def grouped_bars(axes, groups, series: dict, *, ylabel: str, log: bool = False, 
     if line is not None:
         axes.axhline(line, color="black", linewidth=0.8)
     if log:
+        from matplotlib.ticker import FuncFormatter
+
         axes.set_yscale("log")
+        for axis in (axes.yaxis.set_major_formatter, axes.yaxis.set_minor_formatter):
+            axis(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.5, 2, 3 rather than 5×10⁻¹
     axes.set_ylabel(ylabel)
     axes.set_xticks(range(len(groups)), groups, rotation=15)
     axes.legend(**(legend or {"fontsize": "small"}))
