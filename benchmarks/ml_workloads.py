@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import memphis  # noqa: E402
 import memphis.local  # noqa: E402
+from memphis.bench import grouped_bars, pyplot  # noqa: E402
 from workloads import ml  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -222,30 +223,19 @@ def markdown(results):
 
 
 def plot(results, path):
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = list(results["workloads"])
-    x = np.arange(len(names))
     figure, (speed, times) = plt.subplots(2, 1, figsize=(11, 8), constrained_layout=True)
     # Each peer's speedup over its own no-reuse baseline.
-    for i, (peer, baseline) in enumerate((("memphis", "numpy"), ("joblib", "numpy"), ("systemds_reuse", "systemds"))):
-        values = [ratio(results["workloads"][n]["modes"], baseline, peer) or 0 for n in names]
-        speed.bar(x + (i - 1) * 0.27, values, 0.27, label=f"{LABELS[peer]} vs {LABELS[baseline]}")
-    speed.axhline(1, color="black", linewidth=0.8)
-    speed.set_yscale("log")
-    speed.set_ylabel("speedup over no reuse (×)")
-    speed.legend(fontsize="small")
-    for i, mode in enumerate(LABELS):
-        values = [results["workloads"][n]["modes"].get(mode, {}).get("median_s", 0) for n in names]
-        times.bar(x + (i - 2) * 0.17, values, 0.17, label=LABELS[mode])
-    times.set_yscale("log")
-    times.set_ylabel("median seconds")
-    times.legend(ncol=5, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.25))
-    for axes in (speed, times):
-        axes.set_xticks(x, names, rotation=15)
+    grouped_bars(speed, names, {f"{LABELS[peer]} vs {LABELS[baseline]}":
+                                [ratio(results["workloads"][n]["modes"], baseline, peer) for n in names]
+                                for peer, baseline in (("memphis", "numpy"), ("joblib", "numpy"),
+                                                       ("systemds_reuse", "systemds"))},
+                 ylabel="speedup over no reuse (×)", log=True, line=1)
+    grouped_bars(times, names, {LABELS[mode]: [results["workloads"][n]["modes"].get(mode, {}).get("median_s")
+                                               for n in names] for mode in LABELS},
+                 ylabel="median seconds", log=True,
+                 legend={"ncol": 5, "fontsize": "small", "loc": "upper center", "bbox_to_anchor": (0.5, -0.25)})
     speed.set_title(f"{results['rows']}×{ml.COLUMNS}, median of {results['repeats']}")
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -3,8 +3,9 @@
     python benchmarks/run.py                      # all workloads, scale 1, 3 repeats
     python benchmarks/run.py --scale 0.1 --repeats 1 --out /tmp/quick
 
-Writes <out>/<workload>.json (environment, seconds per repeat, median/min/max, counters) and
-<out>/results.md (one table). A run fails if any mode answers differently from plain Spark.
+Writes <out>/<workload>.json (environment, seconds per repeat, median/min/max, counters),
+<out>/results.md (one table, with memphis's time over the expert's) and <out>/results.png (speedup
+over plain Spark per workload and mode). A run fails if any mode answers differently from plain Spark.
 """
 import argparse
 import json
@@ -15,7 +16,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import memphis  # noqa: E402
-from memphis.bench import environment, markdown_table, run_workload  # noqa: E402
+from memphis.bench import environment, markdown_table, plot_speedups, run_workload  # noqa: E402
 from workloads import ALL  # noqa: E402
 
 
@@ -46,11 +47,15 @@ def main(argv=None) -> int:
                 json.dump(report, f, indent=2)
             reports.append(report)
         table = markdown_table(reports)
+        plot = plot_speedups(reports, os.path.join(args.out, "results.png"))
         command = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        workloads = "".join(f"- `{r['workload']}`: {r['description']}\n" for r in reports)
         with open(os.path.join(args.out, "results.md"), "w") as f:
             f.write(f"`{command.strip()}` on {env['cpus']} CPUs, {env['platform']}, Spark {env['spark']}, "
-                    f"Java {env['java']}, master {env['master']}, {env['date']}\n\n{table}")
+                    f"Java {env['java']}, master {env['master']}, {env['date']}\n\n{table}\n{workloads}\n"
+                    f"Plot: {os.path.basename(plot)} (speedup over plain Spark per workload and mode).\n")
         print(table)
+        print(f"plot: {os.path.abspath(plot)}")
     finally:
         spark.stop()
     return 0

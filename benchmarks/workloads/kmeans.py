@@ -1,7 +1,20 @@
 """A k-means-style loop over DataFrames: the centroids DataFrame is carried from one iteration to
-the next, so its lineage grows by a join and two aggregates per iteration. Shared by
-benchmarks/kmeans_loop.py and tests/test_checkpoint.py."""
+the next, so its lineage grows by a join and two aggregates per iteration. The ``kmeans``
+workload of benchmarks/run.py; also run by benchmarks/kmeans_loop.py and tests/test_checkpoint.py.
+
+Every iteration collects its centroids (the convergence check). ``plain`` and ``memphis`` run the
+loop as written; ``expert`` is the hand-tuned loop: ``localCheckpoint()`` every 10 iterations.
+There is no ``naive`` mode: ``cache()`` on the points and on every iteration's centroids doubles
+the plan's explain string per iteration (each cached scan prints the cached plan, itself holding
+the previous one, under adaptive execution's initial and final plans), and the default 1 GB
+driver ran out of heap building it in the 14th iteration (Spark 4.2.0).
+"""
 from pyspark.sql import functions as F
+
+from memphis.bench import Workload
+
+ITERATIONS = 15  # memphis cuts the lineage from about the 10th on (checkpoint.minHeight 40)
+CHECKPOINT_EVERY = 10
 
 
 def points_and_centroids(spark, n):
@@ -22,7 +35,50 @@ def step(points, centroids):
     return nearest.groupBy("cid").agg(F.avg("x").alias("cx"), F.avg("y").alias("cy"))
 
 
+def iterate(points, centroids, iterations=ITERATIONS, cut=None, done=lambda i: None):
+    """The loop: ``iterations`` steps, each one's centroids collected; ``cut(df)`` (a checkpoint)
+    replaces every 10th iteration's centroids if given. Returns the last centroids DataFrame and
+    the rows of every iteration."""
+    history = []
+    for i in range(iterations):
+        centroids = step(points, centroids)
+        if cut is not None and (i + 1) % CHECKPOINT_EVERY == 0:
+            centroids = cut(centroids)
+        history.append([tuple(r) for r in centroids.orderBy("cid").collect()])
+        done(i)
+    return centroids, history
+
+
+def loop(spark, inputs, cut=None):
+    """The workload's loop on a few points: 4 shuffle partitions, as a user sets for small data
+    (every mode alike; the session's setting is restored after)."""
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+    try:
+        return iterate(*inputs, cut=cut)[1]
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
+
+
 def height(plan):
     """The height of a JVM plan tree (py4j object)."""
     children = plan.children()
     return 1 + max((height(children.apply(i)) for i in range(children.size())), default=0)
+
+
+def prepare(spark, scale):
+    points, centroids = points_and_centroids(spark, int(1000 * scale))
+    # Coordinates on a grid of 1/1024: their sums are exact in any order, so every mode's centroids
+    # are equal to the last bit (an average of doubles is not, across partitionings).
+    grid = [(F.round(F.col(c) * 1024) / 1024).alias(c) for c in ("x", "y")]
+    return points.select("pid", *grid), centroids
+
+
+def workload(directory):
+    return Workload(
+        name="kmeans",
+        description=f"a k-means-style loop of {ITERATIONS} iterations carrying its centroids DataFrame",
+        prepare=prepare,
+        run=loop,
+        expert=lambda spark, inputs: loop(spark, inputs, cut=lambda df: df.localCheckpoint()),
+    )

@@ -92,11 +92,12 @@ def answers(spark, queries):
 
 @contextmanager
 def cached_by_hand(spark, shared):
-    """What an expert does: cache() the shared DataFrames before the session, unpersist() after."""
+    """What an expert does: cache() the shared DataFrames (or SQL queries) before the session,
+    unpersist() after."""
     # An expert also lets adaptive execution coalesce the cached plans' partitions.
     coalesce = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
     spark.conf.set(coalesce, "true")
-    cached = [spark.sql(q).cache() for q in shared]
+    cached = [(spark.sql(q) if isinstance(q, str) else q).cache() for q in shared]
     try:
         yield
     finally:

@@ -153,11 +153,13 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
 
 
 def markdown_table(reports, baseline: str = "plain") -> str:
-    """One row per workload: median seconds per mode, speedup over ``baseline``, memphis counters."""
+    """One row per workload: median seconds per mode, speedup over ``baseline``, memphis's time
+    over the expert's (the target is at most 1.15), memphis counters."""
     modes = list(dict.fromkeys(m for r in reports for m in r["modes"]))
     others = [m for m in modes if m != baseline]
+    versus_expert = "memphis" in modes and "expert" in modes
     header = (["workload", "scale"] + [f"{m} s" for m in modes] + [f"speedup {m}" for m in others]
-              + ["hits", "persisted", "evicted"])
+              + ["memphis / expert"] * versus_expert + ["hits", "persisted", "evicted"])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in reports:
         runs = r["modes"]
@@ -165,7 +167,63 @@ def markdown_table(reports, baseline: str = "plain") -> str:
         cells = [r["workload"], f"{r['scale']:g}"]
         cells += [f"{runs[m]['median_s']:.2f}" if m in runs else "" for m in modes]
         cells += [f"{base / runs[m]['median_s']:.2f}x" if base and m in runs else "" for m in others]
+        if versus_expert:
+            both = "memphis" in runs and "expert" in runs
+            cells.append(f"{runs['memphis']['median_s'] / runs['expert']['median_s']:.2f}" if both else "")
         counters = runs.get("memphis", {}).get("counters", {})
         cells += [str(counters.get(k, "")) for k in ("hits", "persisted", "evicted")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def grouped_bars(axes, groups, series: dict, *, ylabel: str, log: bool = False, line=None, legend=None):
+    """Bars of ``series`` (label -> one value per group; None draws no bar) side by side in each
+    group on matplotlib ``axes``: a log scale if ``log``, a horizontal line at ``line`` if given,
+    ``legend`` the keyword arguments of the legend."""
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series.items()):
+        offset = (i - (len(series) - 1) / 2) * width
+        axes.bar([g + offset for g in range(len(groups))], [v or 0 for v in values], width, label=label)
+    if line is not None:
+        axes.axhline(line, color="black", linewidth=0.8)
+    if log:
+        from matplotlib.ticker import FuncFormatter
+
+        axes.set_yscale("log")
+        for axis in (axes.yaxis.set_major_formatter, axes.yaxis.set_minor_formatter):
+            axis(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.5, 2, 3 rather than 5×10⁻¹
+    axes.set_ylabel(ylabel)
+    axes.set_xticks(range(len(groups)), groups, rotation=15)
+    axes.legend(**(legend or {"fontsize": "small"}))
+
+
+def pyplot():
+    """matplotlib's pyplot drawing to files only (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_speedups(reports, path: str, baseline: str = "plain") -> str:
+    """Speedup over ``baseline`` (= 1) per workload and mode, as bars on a log scale, in ``path``."""
+    plt = pyplot()
+    names = [r["workload"] for r in reports]
+    modes = [m for m in dict.fromkeys(m for r in reports for m in r["modes"]) if m != baseline]
+
+    def speedup(r, mode):
+        runs = r["modes"]
+        return runs[baseline]["median_s"] / runs[mode]["median_s"] if mode in runs and baseline in runs else None
+
+    figure, axes = plt.subplots(figsize=(10, 4.5), constrained_layout=True)
+    grouped_bars(axes, names, {m: [speedup(r, m) for r in reports] for m in modes},
+                 ylabel=f"speedup over {baseline} (×)", log=True, line=1)
+    repeats = sorted({r["repeats"] for r in reports})
+    scales = sorted({r["scale"] for r in reports})
+    axes.set_title(f"benchmarks/run.py: speedup over {baseline} Spark, median of "
+                   f"{'/'.join(map(str, repeats))}, scale {'/'.join(f'{s:g}' for s in scales)}")
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

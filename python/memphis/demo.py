@@ -15,7 +15,7 @@ import time
 import numpy as np
 from pyspark.sql import functions as F
 
-from memphis.bench import Workload, difference
+from memphis.bench import Workload, difference, pyplot
 
 LAMBDAS = np.logspace(-2, 4, 13)
 GROUPS = 64  # product groups: the feature columns (Spark pivots them, so each costs it an aggregate)
@@ -202,11 +202,7 @@ def column(counters: dict, names) -> int:
 
 def plot(seconds: dict, path: str) -> str:
     """Seconds per stage with memphis off and on, as a bar chart in ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     x = np.arange(len(STAGES))
     for i, mode in enumerate(seconds):
