@@ -4,7 +4,6 @@ import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.expressions.{ExpressionInfo, Literal}
 import org.apache.spark.sql.memphis.SparkShim
-import org.scalatest.BeforeAndAfterEach
 import org.scalatest.funsuite.AnyFunSuite
 
 /** Another extension, to check that memphis keeps what else `spark.sql.extensions` names. */
@@ -14,26 +13,7 @@ class OtherTestExtension extends (SparkSessionExtensions => Unit) {
       new ExpressionInfo(classOf[OtherTestExtension].getName, "other_extension_fn"), _ => Literal(42)))
 }
 
-class MemphisExtensionSuite extends AnyFunSuite with BeforeAndAfterEach {
-  private val Extension = classOf[MemphisSparkSessionExtension].getName
-
-  private def newSession(confs: (String, String)*): SparkSession = {
-    val builder = SparkSession.builder().master("local[2]").appName("memphis-test")
-      .config("spark.ui.enabled", "false")
-      .config("spark.driver.host", "127.0.0.1")
-      .config("spark.sql.shuffle.partitions", "4")
-      .config("spark.sql.extensions", Extension)
-    confs.foldLeft(builder) { case (b, (k, v)) => b.config(k, v) }.getOrCreate()
-  }
-
-  override def afterEach(): Unit = {
-    SparkSession.getActiveSession.foreach(_.stop())
-    SparkSession.getDefaultSession.foreach(_.stop())
-    SparkSession.clearActiveSession()
-    SparkSession.clearDefaultSession()
-    SparkShim.activeSparkContext.foreach(_.stop()) // left running by a session that failed to start
-  }
-
+class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
   private def statsBySql(spark: SparkSession): Map[String, Long] =
     spark.sql("SELECT name, value FROM memphis_stats()").collect()
       .map(r => r.getString(0) -> r.getLong(1)).toMap

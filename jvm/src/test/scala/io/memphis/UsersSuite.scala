@@ -10,7 +10,6 @@ import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.execution.columnar.InMemoryRelation
 import org.apache.spark.sql.functions.{broadcast, col, sum}
 import org.apache.spark.sql.memphis.SparkShim
-import org.scalatest.BeforeAndAfterEach
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -18,23 +17,7 @@ import org.scalatest.funsuite.AnyFunSuite
  * are switched the two ways Spark knows: a Hadoop `doAs` (what `spark-submit --proxy-user` and
  * Hadoop-secured services use) and the Thrift server's per-statement user (`CurrentUserContext`).
  */
-class UsersSuite extends AnyFunSuite with BeforeAndAfterEach {
-  private def newSession(confs: (String, String)*): SparkSession = {
-    val builder = SparkSession.builder().master("local[2]").appName("memphis-users")
-      .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-      .config("spark.sql.shuffle.partitions", "4")
-      .config("spark.sql.extensions", classOf[MemphisSparkSessionExtension].getName)
-    confs.foldLeft(builder) { case (b, (k, v)) => b.config(k, v) }.getOrCreate()
-  }
-
-  override def afterEach(): Unit = {
-    SparkSession.getActiveSession.foreach(_.stop())
-    SparkSession.getDefaultSession.foreach(_.stop())
-    SparkSession.clearActiveSession()
-    SparkSession.clearDefaultSession()
-    SparkShim.activeSparkContext.foreach(_.stop())
-  }
-
+class UsersSuite extends AnyFunSuite with LocalSessions {
   private def as[T](user: String)(f: => T): T =
     UserGroupInformation.createRemoteUser(user).doAs(new PrivilegedExceptionAction[T] { override def run(): T = f })
 

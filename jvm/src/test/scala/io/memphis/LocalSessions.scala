@@ -1,0 +1,28 @@
+package io.memphis
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.memphis.SparkShim
+import org.scalatest.{BeforeAndAfterEach, Suite}
+
+/** A fresh local[2] session with the memphis extension for each test; every context is stopped after it. */
+trait LocalSessions extends BeforeAndAfterEach { this: Suite =>
+  protected val Extension: String = classOf[MemphisSparkSessionExtension].getName
+
+  protected def newSession(confs: (String, String)*): SparkSession = {
+    val builder = SparkSession.builder().master("local[2]").appName("memphis-test")
+      .config("spark.ui.enabled", "false")
+      .config("spark.driver.host", "127.0.0.1")
+      .config("spark.sql.shuffle.partitions", "4")
+      .config("spark.sql.extensions", Extension)
+    confs.foldLeft(builder) { case (b, (k, v)) => b.config(k, v) }.getOrCreate()
+  }
+
+  override def afterEach(): Unit = {
+    SparkSession.getActiveSession.foreach(_.stop())
+    SparkSession.getDefaultSession.foreach(_.stop())
+    SparkSession.clearActiveSession()
+    SparkSession.clearDefaultSession()
+    SparkShim.activeSparkContext.foreach(_.stop()) // left running by a session that failed to start
+    super.afterEach()
+  }
+}
