@@ -18,9 +18,10 @@ import org.apache.spark.sql.internal.SQLConf
  * analyzed plan, before the optimizer pushes filters down, lets different filters on top of one
  * aggregate share it.
  *
- * The only changes it makes to a plan are marks: the first occurrences of aggregates whose shuffle is
- * kept ([[RetainShuffle]]), and the subplans memphis serves to this user ([[OwnerMark]]). It never raises into the user's query: on an internal failure it logs
- * why and leaves the query to plain Spark.
+ * The only changes it makes to a plan are marks: the first occurrences of aggregates whose shuffle
+ * is kept ([[RetainShuffle]]), and the subplans memphis serves to this user ([[OwnerMark]]). It
+ * never raises into the user's query: on an internal failure it logs why and leaves the query to
+ * plain Spark.
  */
 final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan = {
