@@ -10,6 +10,7 @@ fails: a speedup with a different answer is not a result.
 import datetime
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -31,7 +32,7 @@ LEVELS = {"bytes_held", "storage_budget_bytes", "bytes_held_join_broadcasts"}
 
 
 class AnswerMismatch(AssertionError):
-    """A mode answered differently from the first mode."""
+    """A mode answered differently from the first run's mode."""
 
 
 @dataclass
@@ -99,11 +100,15 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
     """Runs ``workload`` ``repeats`` times per mode (default: ``workload.modes()``), each run
     starting with Spark's and memphis' caches empty.
 
-    The modes take turns within each repeat, after one untimed warm-up run, so that JIT warm-up
-    and file-system caches do not favour whichever mode runs last. Returns ``{"workload",
-    "description", "scale", "repeats", "modes": {mode: {"seconds", "median_s", "min_s", "max_s",
-    "counters"}}}``; ``counters`` are those of the mode's last run. Raises
-    :class:`AnswerMismatch` when a mode's answer differs from the first mode's.
+    The modes take turns within each repeat, after one untimed warm-up run of every mode (JIT
+    warm-up of the code each mode runs: Spark's scans of cached relations, memphis's own rules).
+    Each repeat runs them in its own shuffled order (seeded, so reproducible): a run's time depends
+    on the run before it (Spark's generated-code cache, files left to clean), by up to a third on
+    a 2-core machine, and a fixed order would hand one mode the best predecessor every time.
+
+    Returns ``{"workload", "description", "scale", "repeats", "modes": {mode: {"seconds",
+    "median_s", "min_s", "max_s", "counters"}}}``; ``counters`` are those of the mode's last run.
+    Raises :class:`AnswerMismatch` when a mode's answer differs from the first run's.
 
     Examples
     --------
@@ -130,17 +135,19 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
         return time.perf_counter() - start, answer, difference(before, stats(spark))
 
     runs = {mode: [] for mode in modes}
-    expected = None
-    with tqdm(total=len(modes) * repeats + warmup, desc=workload.name, unit="run", disable=not progress,
+    expected = first = None
+    warmups = list(modes) if warmup else []
+    with tqdm(total=len(modes) * repeats + len(warmups), desc=workload.name, unit="run", disable=not progress,
               file=sys.stderr) as bar:
-        schedule = [modes[0]] * warmup + [mode for _ in range(repeats) for mode in modes]
+        order = random.Random(0)
+        schedule = warmups + [m for _ in range(repeats) for m in order.sample(modes, len(modes))]
         for i, mode in enumerate(schedule):
             seconds, answer, counters = timed_run(mode)
-            if expected is None:
-                expected = answer
+            if first is None:
+                expected, first = answer, mode
             elif answer != expected:
-                raise AnswerMismatch(f"{workload.name}: mode {mode} answered differently from mode {modes[0]}")
-            if i >= warmup:
+                raise AnswerMismatch(f"{workload.name}: mode {mode} answered differently from mode {first}")
+            if i >= len(warmups):
                 runs[mode].append((seconds, counters))
             bar.update()
     report = {"workload": workload.name, "description": workload.description, "scale": scale,
