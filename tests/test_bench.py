@@ -32,6 +32,22 @@ def test_every_mode_runs_and_reports(spark):
     assert table.splitlines()[2].startswith("| sums | 2 |")
 
 
+def test_every_mode_warms_up_and_each_repeat_runs_every_mode_once(spark):
+    """The modes run after a warm-up run of each, in a shuffled order per repeat (a run's time
+    depends on the run before it); the mode of each run is read from the session's conf."""
+    ran = []
+
+    def run(spark, n):
+        ran.append(spark.conf.get("spark.memphis.enabled"))
+        return grouped_sums(spark, n)
+
+    run_workload(spark, Workload("sums", "grouped sums", lambda spark, scale: 100, run), repeats=4, progress=False)
+    assert ran[:2] == ["false", "true"]
+    repeats = [ran[i:i + 2] for i in range(2, len(ran), 2)]
+    assert len(repeats) == 4 and all(sorted(r) == ["false", "true"] for r in repeats)
+    assert len({tuple(r) for r in repeats}) == 2, "every repeat ran the modes in the same order"
+
+
 def test_the_table_shows_memphis_over_the_expert_and_the_plot_is_written(tmp_path):
     def report(name, **medians):
         return {"workload": name, "scale": 1, "repeats": 1,
