@@ -1,6 +1,6 @@
 """The GPU tier on mini-batch scoring and a PCA sweep, with and without memphis.
 
-    PYTHONPATH=python .venv/bin/python benchmarks/gpu_tier.py --device simulated|cupy [--batches N] [--out DIR]
+    PYTHONPATH=python .venv/bin/python benchmarks/gpu_tier.py --device simulated|cupy [--batches N] [--batch N] [--out DIR]
 
 Workloads (MEMPHIS §8.2, 12b and PCA pipelines, scaled down):
 - CNN-like scoring of ``--batches`` mini-batches of 32 images 16×16×3: two 3×3 conv layers as
@@ -8,6 +8,10 @@ Workloads (MEMPHIS §8.2, 12b and PCA pipelines, scaled down):
   (0/20/40/80%) repeats one of 4 recurring batches.
 - PCA K-sweep: covariance and its eigh once, projections onto the top K components for K in a sweep,
   each feeding a ridge classifier for 3 λ (the projection recurs across λ).
+- Transfer (cupy only): an Arrow table of 16 float64 columns to a row-major device matrix, either
+  filled into a host matrix and copied once, or each column copied and stacked on the device
+  (``stack_columns``, what ``memphis.collect(df, device="gpu", as_="numpy")`` does); median of 3
+  after a first call.
 Modes: ``no reuse`` (plain device arrays, every allocation from the device), ``memphis`` (traced
 device arrays, the GPU tier, its allocator), and on cupy ``cupy pool`` (plain cupy with its memory
 pool alone). Writes gpu_tier_<device>.json and .md to --out, with the counters and the device.
@@ -26,10 +30,11 @@ import memphis.gpu
 import memphis.local
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-BATCH, SIDE, CHANNELS, FILTERS1, FILTERS2, HIDDEN, CLASSES = 32, 16, 3, 16, 32, 128, 10
+SIDE, CHANNELS, FILTERS1, FILTERS2, HIDDEN, CLASSES = 16, 3, 16, 32, 128, 10
 REPEAT_SHARES = (0.0, 0.2, 0.4, 0.8)
 RECURRING = 4
 COMPONENTS = (4, 8, 16, 24, 32, 48)
+TRANSFER_MB = (4, 16, 256, 1024)
 LAMBDAS = (0.1, 1.0, 10.0)
 
 
@@ -70,10 +75,10 @@ def make_model(rng, on_device):
     return tuple(on_device(p) for p in parts)
 
 
-def batch_stream(rng, count, share):
-    recurring = [rng.standard_normal((BATCH, SIDE * SIDE * CHANNELS)) for _ in range(RECURRING)]
+def batch_stream(rng, count, share, batch):
+    recurring = [rng.standard_normal((batch, SIDE * SIDE * CHANNELS)) for _ in range(RECURRING)]
     repeats = set(rng.choice(count, size=int(round(share * count)), replace=False).tolist())
-    return [recurring[i % RECURRING] if i in repeats else rng.standard_normal((BATCH, SIDE * SIDE * CHANNELS))
+    return [recurring[i % RECURRING] if i in repeats else rng.standard_normal((batch, SIDE * SIDE * CHANNELS))
             for i in range(count)]
 
 
@@ -134,10 +139,10 @@ class Mode:
             cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)
 
 
-def run_cnn(mode, share, count, seed):
+def run_cnn(mode, share, count, seed, batch):
     rng = np.random.default_rng(seed)
     model = make_model(rng, mode.to_device)
-    batches = batch_stream(rng, count, share)
+    batches = batch_stream(rng, count, share, batch)
     start = time.perf_counter()
     scores = [mode.to_host(cnn(mode.to_device(b), model)) for b in batches]
     mode.device.synchronize()
@@ -154,10 +159,40 @@ def run_pca(mode, seed):
     return time.perf_counter() - start, accuracy
 
 
+def run_transfers(device, repeats=3):
+    """Seconds from an Arrow table to a device matrix: host matrix then one copy, or stack_columns."""
+    import pyarrow as pa
+
+    from memphis.local.exchange import _float_columns, float_matrix
+
+    ways = {"host_matrix": lambda columns, rows: device.copy_to_device(float_matrix(columns, rows)),
+            "stack_columns": device.stack_columns}
+    rows = []
+    for mb in tqdm(TRANSFER_MB, desc="transfers"):
+        rng = np.random.default_rng(mb)
+        table = pa.table({f"c{i}": rng.standard_normal((mb << 20) // (8 * 16)) for i in range(16)})
+        seconds = {name: [] for name in ways}
+        for _ in range(repeats + 1):
+            for name, way in ways.items():
+                start = time.perf_counter()
+                value = way(_float_columns(table), table.num_rows)
+                device.synchronize()
+                seconds[name].append(time.perf_counter() - start)
+                del value
+        row = {"mb": mb}
+        for name, times in seconds.items():
+            row[f"{name}_first_s"] = round(times[0], 4)
+            row[f"{name}_s"] = round(float(np.median(times[1:])), 4)
+        row["speedup"] = round(row["host_matrix_s"] / row["stack_columns_s"], 2)
+        rows.append(row)
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("simulated", "cupy"), default="simulated")
     parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--batch", type=int, default=32, help="images per batch")
     parser.add_argument("--capacity", default="1g", help="simulated device capacity")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args(argv)
@@ -167,7 +202,8 @@ def main(argv=None):
     rows, reference = [], {}
     warmup = Mode("no reuse", args.device, capacity)  # first calls pay imports, JIT of BLAS paths, page faults
     try:
-        run_cnn(warmup, 0.0, 5, seed=1)
+        run_cnn(warmup, 0.0, 5, seed=1, batch=args.batch)
+        run_pca(warmup, seed=1)
     finally:
         warmup.close()
     with tqdm(total=len(runs) * len(modes), desc=f"gpu tier ({args.device})") as progress:
@@ -176,7 +212,7 @@ def main(argv=None):
                 mode = Mode(name, args.device, capacity)
                 try:
                     if workload == "cnn":
-                        seconds, result = run_cnn(mode, share, args.batches, seed=7)
+                        seconds, result = run_cnn(mode, share, args.batches, seed=7, batch=args.batch)
                     else:
                         seconds, result = run_pca(mode, seed=11)
                     counters = mode.counters()
@@ -188,10 +224,11 @@ def main(argv=None):
                 rows.append({"workload": workload, "repeat_share": share, "mode": name, "time_s": round(seconds, 4),
                              "same_result": bool(same), **counters})
                 progress.update()
+    transfers = run_transfers(memphis.gpu.CupyDevice()) if args.device == "cupy" else []
     report = {"device": args.device, "machine": platform.node(), "python": platform.python_version(),
-              "batches": args.batches, "batch": BATCH, "rows": rows}
+              "batches": args.batches, "batch": args.batch, "rows": rows, "transfers": transfers}
     os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"gpu_tier_{args.device}")
+    base = os.path.join(args.out, f"gpu_tier_{args.device}" + ("" if args.batch == 32 else f"_batch{args.batch}"))
     with open(base + ".json", "w") as f:
         json.dump(report, f, indent=2)
     columns = ["workload", "repeat_share", "mode", "time_s", "same_result", "gpu_hits", "allocations", "recycle_rate", "fresh",
@@ -199,11 +236,16 @@ def main(argv=None):
     lines = [f"# GPU tier on the {args.device} device",
              "", f"Ran on `{platform.node()}` with device `{args.device}`"
              f"{' (simulated: numpy stands in for the GPU; times are CPU times)' if args.device == 'simulated' else ''}; "
-             f"{args.batches} batches of {BATCH} images; command: "
-             f"`PYTHONPATH=python .venv/bin/python benchmarks/gpu_tier.py --device {args.device}`.", "",
+             f"{args.batches} batches of {args.batch} images; command: "
+             f"`PYTHONPATH=python .venv/bin/python benchmarks/gpu_tier.py --device {args.device} --batch {args.batch}`.",
+             "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         lines.append("| " + " | ".join("" if row.get(c) is None else str(row.get(c)) for c in columns) + " |")
+    if transfers:
+        lines += ["", "Arrow table → device matrix: host matrix and one copy, against `stack_columns` (s):", "",
+                  "| " + " | ".join(transfers[0]) + " |", "|" + "---|" * len(transfers[0])]
+        lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in transfers]
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

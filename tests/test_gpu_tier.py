@@ -202,3 +202,21 @@ def test_simulated_arrays_do_not_mix_with_host_arrays():
     with pytest.raises(TypeError, match="get"):
         np.asarray(x)
     assert device.counts["copies_to_device"] == 1 and (x.T + 1).get().tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+
+def test_a_collected_matrix_is_stacked_from_its_columns_in_one_counted_copy(device):
+    import pyarrow as pa
+
+    from memphis.local.exchange import _convert, _float_columns
+
+    rows = 100_000
+    table = pa.table({"a": np.arange(rows), "b": pa.array([None if i % 7 == 0 else i / 3 for i in range(rows)]),
+                      "c": np.ones(rows, dtype=np.float32)})
+    copies = device.counts["copies_to_device"]
+    matrix = device.stack_columns(_float_columns(table), table.num_rows)
+    assert device.counts["copies_to_device"] == copies + 1 and matrix.shape == (rows, 3)
+    np.testing.assert_array_equal(device.copy_to_host(matrix), _convert(table, "numpy"))  # NaN for nulls too
+    assert device.copy_to_host(device.stack_columns([], 5)).shape == (5, 0)
+    if device.name == "cupy":
+        assert matrix.flags.c_contiguous  # row-major, like the host's

@@ -6,6 +6,7 @@ import weakref
 import numpy as np
 
 from memphis.local import device_backend
+from memphis.local.exchange import float_matrix
 
 COPY_COUNTERS = ("allocations", "frees", "copies_to_device", "copies_to_host", "bytes_to_device", "bytes_to_host")
 
@@ -56,13 +57,14 @@ class Device:
     """What the GPU tier needs of an accelerator.
 
     Raw buffers: ``allocate(nbytes)`` (raises one of ``out_of_memory_errors`` when the device is
-    full) and ``free(buffer)``. Arrays: ``copy_to_device(host)`` and ``copy_to_host(value)`` (both
-    counted), ``is_array(value)``. Memory: ``free_bytes()``, ``total_bytes()``. Allocation of the
-    arrays the device's operations create goes through ``use_allocator(allocator)``: the allocator's
-    ``malloc(nbytes)`` hands out buffers (recycled or fresh) and runs its failure hook before it
-    gives up; ``release(buffer)`` takes back the buffer of an array that died. ``copy_stream``:
-    asynchronous device → host copies (:class:`CopyStream`). ``copy_bytes_per_s``: the estimated
-    copy bandwidth the eviction policy weighs against recomputation.
+    full) and ``free(buffer)``. Arrays: ``copy_to_device(host)``, ``stack_columns(columns, rows)``
+    and ``copy_to_host(value)`` (all counted), ``is_array(value)``. Memory: ``free_bytes()``,
+    ``total_bytes()``. Allocation of the arrays the device's operations create goes through
+    ``use_allocator(allocator)``: the allocator's ``malloc(nbytes)`` hands out buffers (recycled or
+    fresh) and runs its failure hook before it gives up; ``release(buffer)`` takes back the buffer of
+    an array that died. ``copy_stream``: asynchronous device → host copies (:class:`CopyStream`).
+    ``copy_bytes_per_s``: the estimated copy bandwidth the eviction policy weighs against
+    recomputation.
     """
 
     name = "device"
@@ -96,6 +98,13 @@ class Device:
 
     def synchronize(self):
         """Waits for the work queued on the device (so that a measured time includes it)."""
+
+    def stack_columns(self, columns, rows: int):
+        """A (rows, len(columns)) matrix on the device from 1-d host columns, counted as one copy.
+
+        Here the host builds the matrix and copies it; a real device copies each column as it is
+        and stacks them on the device (``CupyDevice``), since the host's row-major fill is slow."""
+        return self.copy_to_device(float_matrix(columns, rows))
 
     def frame_from_arrow(self, table):
         raise TypeError(f"{self.name} has no data frames on the device; collect with as_='numpy'")

@@ -96,7 +96,7 @@ def _on_gpu(df, as_: str):
         table = _table(df, item)
         if form == "frame":
             return gpu.device.frame_from_arrow(table)
-        return gpu.device.copy_to_device(_convert(table, "numpy"))
+        return gpu.device.stack_columns(_float_columns(table), table.num_rows)
     item = _collect_item(df)
     if item is None:
         return transfer(None)
@@ -111,6 +111,19 @@ def _convert(table, as_: str):
         return table
     if as_ == "pandas":
         return table.to_pandas()
+    return float_matrix(_float_columns(table), table.num_rows)
+
+
+def float_matrix(columns, rows: int) -> np.ndarray:
+    """A row-major (rows, len(columns)) float64 matrix of 1-d host columns."""
+    out = np.empty((rows, len(columns)), dtype=np.float64)
+    for i, column in enumerate(columns):
+        out[:, i] = column
+    return out
+
+
+def _float_columns(table) -> list:
+    """``table``'s columns as float64 numpy arrays (nulls become NaN); a TypeError if one is not numeric."""
     import pyarrow as pa
 
     numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_boolean)
@@ -119,7 +132,4 @@ def _convert(table, as_: str):
     if others:
         raise TypeError(f"as_='numpy' needs numeric columns; not numeric: {', '.join(others)}. "
                         "Select or cast the numeric columns first, or collect as 'arrow' or 'pandas'.")
-    out = np.empty((table.num_rows, table.num_columns), dtype=np.float64)
-    for i, column in enumerate(table.columns):
-        out[:, i] = column.cast(pa.float64()).to_numpy()  # cast in Arrow: nulls become NaN
-    return out
+    return [column.cast(pa.float64()).to_numpy() for column in table.columns]  # cast in Arrow
