@@ -34,6 +34,7 @@ object CacheStats {
     val CheckpointsReleased = Value("checkpoints_released")
     val CheckpointFilesDeleted = Value("checkpoint_files_deleted")
     val PersistedSpeculatively = Value("persisted_speculatively")
+    val PersistedAhead = Value("persisted_ahead")
     val BroadcastsRegistered = Value("broadcasts_registered")
     val BroadcastsReused = Value("broadcasts_reused")
     val BroadcastsReleased = Value("broadcasts_released")

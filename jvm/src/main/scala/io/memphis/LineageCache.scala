@@ -46,6 +46,13 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private val byRdd = mutable.Map.empty[Int, CacheEntry]
   /** Seen entries that keep their first occurrence's shuffles, oldest first (bounded by a conf). */
   private val retaining = mutable.LinkedHashSet.empty[CacheEntry]
+  /**
+   * Aggregates first met inside a query (not as its root), newest last, at most
+   * [[LineageCache.RecentAggregates]]: when at least half of them recurred, the session is looking at
+   * shared aggregates from several sides, and the next such one is persisted at its first occurrence
+   * (`reuse.persistAhead`) rather than at its second, which would finish it from a kept shuffle.
+   */
+  private val recentAggregates = mutable.Queue.empty[CacheEntry]
   /** How many times memphis persisted anything: numbers cached relations' names. */
   private var persists = 0L
   /** The session of the latest decision: its confs (budget, policy) and CacheManager serve evictions. */
@@ -104,6 +111,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val minOccurrences = MemphisConf.MinOccurrences.get(SQLConf.get)
     val retainShuffles = minOccurrences > 1 && MemphisConf.RetainedShuffles.get(SQLConf.get) > 0 &&
       SparkShim.shuffleFilesKept(SQLConf.get)
+    val persistAhead = minOccurrences > 1 && MemphisConf.PersistAhead.get(SQLConf.get)
     // The query that consumes each subplan: its own key, or its plan's shape when it has none.
     val consumer = results.collectFirst { case (p, Right(k)) if p eq plan => k.hash }
       .getOrElse(plan.semanticHash().toHexString)
@@ -112,6 +120,14 @@ final class LineageCache private (val sparkContext: SparkContext) {
     // The subplans this query reads from memphis's storage, served or persisted (by identity).
     val owned = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap[LogicalPlan, java.lang.Boolean])
     val due = mutable.ArrayBuffer.empty[(LogicalPlan, CacheEntry)]
+    val keyOf = new java.util.IdentityHashMap[LogicalPlan, LineageKey]
+    results.foreach { case (p, Right(k)) => keyOf.put(p, k); case _ => }
+    // Whether memphis holds a result inside `subplan` for `user` (a shared aggregate, a loop's last
+    // result): one-off questions about a held result are many, and caching each of them ahead
+    // would nest cached relations, whose plans grow with every level (a loop's, exponentially).
+    def overHeld(subplan: LogicalPlan, user: String): Boolean = subplan.children.exists(_.exists(p =>
+      Option(keyOf.get(p)).flatMap(k => entries.get(scoped(k.hash, user))).exists(e => EntryState.Holding.contains(e.state))))
+    val ahead = mutable.Map.empty[CacheEntry, String]  // due at their first occurrence: why
     results.foreach { case (subplan, result) =>
       if (LineageCache.isCandidate(subplan, plan) && !served.exists(_.exists(_ eq subplan))) {
         result match {
@@ -122,8 +138,14 @@ final class LineageCache private (val sparkContext: SparkContext) {
                 served += subplan
                 owned.add(subplan)
               case Observed.Due(e) => due += subplan -> e
-              case Observed.First if retainShuffles && LineageCache.keepsShuffle(subplan) =>
-                marks.put(subplan, RetainShuffle(scoped(key.hash, user), _))
+              case Observed.First(e) if LineageCache.keepsShuffle(subplan) =>
+                (if (persistAhead && (subplan ne plan) && !overHeld(subplan, user)) aheadReason(e) else None) match {
+                  case Some(why) =>
+                    ahead(e) = why
+                    due += subplan -> e
+                  case None if retainShuffles => marks.put(subplan, RetainShuffle(scoped(key.hash, user), _))
+                  case None =>
+                }
               case _ =>
             }
           }
@@ -141,7 +163,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
     synchronized(chosen.foreach { case (subplan, e) =>
       // A concurrent query may have persisted it since it was found due.
       if (!EntryState.Holding.contains(e.state)) {
-        persist(session, e, subplan, s"occurrence ${e.occurrences}: persisted, filled by the job that needs it", owned)
+        persist(session, e, subplan, ahead.getOrElse(e, s"occurrence ${e.occurrences}: persisted") +
+          ", filled by the job that needs it", owned)
+        if (ahead.contains(e) && EntryState.Holding.contains(e.state)) stats.add(Counter.PersistedAhead)
       }
       if (EntryState.Holding.contains(e.state)) owned.add(subplan)
     })
@@ -218,7 +242,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
         val e = remember(key, user, now)
         e.addConsumer(consumer)
         decide(Counter.Misses, s"seen ${key.hash}: first occurrence")
-        if (minOccurrences <= 1) Observed.Due(e) else Observed.First
+        if (minOccurrences <= 1) Observed.Due(e) else Observed.First(e)
       case Some(e) if EntryState.Holding.contains(e.state) &&
           SparkShim.cachedRelationName(session, ownedPlan(subplan, user, java.util.Collections.emptySet())).contains(e.relationName) =>
         e.occurrences += 1
@@ -238,6 +262,20 @@ final class LineageCache private (val sparkContext: SparkContext) {
         val wanted = e.state == EntryState.Evicted || e.occurrences >= minOccurrences
         if (wanted && !e.tooLarge) Observed.Due(e) else Observed.Counted
     }
+  }
+
+  /**
+   * Records `e`, an aggregate first met inside a query, among the recent ones; says why it is to be
+   * persisted ahead when at least half of those before it (and at least one) recurred.
+   */
+  private def aheadReason(e: CacheEntry): Option[String] = {
+    val before = recentAggregates.size
+    val recurred = recentAggregates.count(_.occurrences > 1)
+    recentAggregates.enqueue(e)
+    if (recentAggregates.size > LineageCache.RecentAggregates) recentAggregates.dequeue()
+    if (recurred > 0 && 2 * recurred >= before) {
+      Some(s"occurrence 1: persisted ahead, $recurred of the last $before aggregates first met inside a query recurred")
+    } else None
   }
 
   /**
@@ -380,6 +418,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     releaseAll(session, "cleared")
     entries.values.foreach(dropShuffles)
     entries.clear()
+    recentAggregates.clear()
   }
 
   def blockUpdated(rddId: Int, partition: Int, isStored: Boolean, bytes: Long, executor: String): Unit = synchronized {
@@ -530,7 +569,7 @@ object LineageCache {
     case object Served extends Observed
     final case class Due(entry: CacheEntry) extends Observed
     /** A first occurrence that is not persisted yet. */
-    case object First extends Observed
+    final case class First(entry: CacheEntry) extends Observed
     case object Counted extends Observed
   }
 
@@ -539,6 +578,9 @@ object LineageCache {
 
   /** How many entries that hold nothing are remembered; each keeps only its key. */
   val MaxRemembered = 10000
+
+  /** How many recent aggregates first met inside a query decide whether the next is persisted ahead. */
+  val RecentAggregates = 16
 
   // Python operators by name: their classes moved between Spark versions.
   private val PythonOperators = Set("MapInPandas", "MapInArrow", "FlatMapGroupsInPandas", "FlatMapGroupsInArrow",

@@ -57,6 +57,12 @@ object MemphisConf {
       "persist from (0: none; the first occurrence then plans as plain Spark would).")(
     v => v.trim.toIntOption.filter(n => n >= 0 && n <= 10000))
 
+  val PersistAhead: Entry[Boolean] = Entry(
+    Prefix + "reuse.persistAhead", "true", "a boolean (true or false)",
+    "Persist an aggregate inside a query at its first occurrence when at least half of the session's " +
+      "recent such aggregates recurred (see LineageCache.RecentAggregates), instead of at its second; " +
+      "false always waits for minOccurrences.")(parseBoolean)
+
   val EvictionPolicyName: Entry[String] = Entry(
     Prefix + "evictionPolicy", "costnsize", s"one of ${reuse.EvictionPolicy.Names.mkString(", ")}",
     "Which cached subplan goes first when memphis holds more than its budget (see docs/architecture.md).")(
@@ -115,7 +121,7 @@ object MemphisConf {
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
   val All: Seq[Entry[_]] = Seq(Enabled, ShareAcrossUsers, StorageFraction, StorageMaxBytes, MinOccurrences,
-    RetainedShuffles, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, LoopSpeculative,
+    RetainedShuffles, PersistAhead, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, LoopSpeculative,
     HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
