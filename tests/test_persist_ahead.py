@@ -34,6 +34,11 @@ def test_after_a_recurring_aggregate_a_new_one_is_persisted_at_its_first_occurre
     ahead = memphis.stats(spark)["persisted_ahead"]
     key = memphis.lineage_key(per_value(spark, path))
 
+    # An aggregate that is the answer, up to order, limit and columns, is rarely asked again: not ahead.
+    per_pair = spark.read.parquet(path).groupBy("k", "v").agg(F.max("id").alias("top"))
+    per_pair.orderBy(F.desc("top")).limit(5).select("k", "top").collect()
+    assert entry_states(spark)[memphis.lineage_key(per_pair)]["state"] == "seen"
+
     first = sorted(per_value(spark, path).where(F.col("n") > 0).collect())
     entry = entry_states(spark)[key]
     assert entry["occurrences"] == 1 and entry["state"] in ("to-persist", "materialized")

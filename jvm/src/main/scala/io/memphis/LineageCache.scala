@@ -128,6 +128,10 @@ final class LineageCache private (val sparkContext: SparkContext) {
     def overHeld(subplan: LogicalPlan, user: String): Boolean = subplan.children.exists(_.exists(p =>
       Option(keyOf.get(p)).flatMap(k => entries.get(scoped(k.hash, user))).exists(e => EntryState.Holding.contains(e.state))))
     val ahead = mutable.Map.empty[CacheEntry, String]  // due at their first occurrence: why
+    // The query's answer up to its presentation (order, limit, columns): not persisted ahead, since
+    // an answer is rarely asked for again as it is.
+    val answer = mutable.ArrayBuffer(plan)
+    while (LineageCache.presents(answer.last)) answer += answer.last.children.head
     results.foreach { case (subplan, result) =>
       if (LineageCache.isCandidate(subplan, plan) && !served.exists(_.exists(_ eq subplan))) {
         result match {
@@ -139,7 +143,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
                 owned.add(subplan)
               case Observed.Due(e) => due += subplan -> e
               case Observed.First(e) if LineageCache.keepsShuffle(subplan) =>
-                (if (persistAhead && (subplan ne plan) && !overHeld(subplan, user)) aheadReason(e) else None) match {
+                (if (persistAhead && !answer.exists(_ eq subplan) && !overHeld(subplan, user)) aheadReason(e) else None) match {
                   case Some(why) =>
                     ahead(e) = why
                     due += subplan -> e
@@ -609,6 +613,12 @@ object LineageCache {
    */
   def keepsShuffle(subplan: LogicalPlan): Boolean = subplan match {
     case _: Aggregate | _: Distinct => true
+    case _ => false
+  }
+
+  /** Operators that only present their child's rows: order, limit, columns, a name. */
+  def presents(plan: LogicalPlan): Boolean = plan match {
+    case _: Sort | _: GlobalLimit | _: LocalLimit | _: Offset | _: Project | _: SubqueryAlias => true
     case _ => false
   }
 
