@@ -80,6 +80,15 @@ def job_count(spark, tag, action):
     return result, len(jobs)
 
 
+def memphis_off(spark, action):
+    """``action()`` with memphis turned off in ``spark`` (plain Spark), then on again."""
+    spark.conf.set("spark.memphis.enabled", "false")
+    try:
+        return action()
+    finally:
+        spark.conf.set("spark.memphis.enabled", "true")
+
+
 def run_python(code, *args, env=None):
     """Runs ``code`` in a fresh interpreter (a fresh JVM too) and returns the JSON its last line prints."""
     result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,

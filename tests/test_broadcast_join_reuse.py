@@ -6,7 +6,7 @@ import shutil
 from pyspark.sql import functions as F
 
 import memphis
-from conftest import in_job_group
+from conftest import in_job_group, memphis_off
 from memphis.bench import jobs_in_group
 
 
@@ -41,14 +41,6 @@ def run_in_group(spark, group, action):
     return (result, *jobs_in_group(spark, group))
 
 
-def plain(spark, action):
-    spark.conf.set("spark.memphis.enabled", "false")
-    try:
-        return action()
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
-
-
 def test_the_same_broadcast_is_built_once_across_queries(adaptive, tmp_path):
     spark = adaptive
     fact, dim = tables(spark, str(tmp_path))
@@ -59,7 +51,7 @@ def test_the_same_broadcast_is_built_once_across_queries(adaptive, tmp_path):
     assert counters(spark)[:2] == (registered + 1, reused + n - 1)
     plan = query(spark, fact, dim, n)._jdf.queryExecution().executedPlan().toString()
     assert "ReusedExchange" in plan and "BroadcastExchange" in plan, plan
-    plain_runs = plain(spark, lambda: [
+    plain_runs = memphis_off(spark, lambda: [
         run_in_group(spark, f"plain-{i}", lambda i=i: sorted(query(spark, fact, dim, i).collect())) for i in range(n)])
     assert [r[0] for r in runs] == [r[0] for r in plain_runs]
     # Plain Spark builds the broadcast in every query; memphis in the first only, and runs no other job less.
@@ -82,7 +74,7 @@ def test_a_changed_build_side_is_broadcast_again(adaptive, tmp_path):
     assert counters(spark) == (registered + 1, reused, released + 1), "the stale broadcast goes, the new one is kept"
     changed.append(sorted(query(spark, fact, dim, 4).collect()))
     assert counters(spark)[1] == reused + 1, "the new broadcast is read"
-    assert changed == plain(spark, lambda: [sorted(query(spark, fact, dim, i).collect()) for i in (3, 4)])
+    assert changed == memphis_off(spark, lambda: [sorted(query(spark, fact, dim, i).collect()) for i in (3, 4)])
 
 
 def test_dynamic_partition_pruning_keeps_working(adaptive, tmp_path):
@@ -105,7 +97,7 @@ def test_dynamic_partition_pruning_keeps_working(adaptive, tmp_path):
     # The pruning filter reads the join's broadcast (Spark reuses it within the query), so the later
     # queries build none: both read the first query's.
     assert broadcast_jobs[0] > 0 and broadcast_jobs[1:] == [0, 0], broadcast_jobs
-    assert answers == plain(spark, lambda: [sorted(pruned(i).collect()) for i in range(3)])
+    assert answers == memphis_off(spark, lambda: [sorted(pruned(i).collect()) for i in range(3)])
     assert len(answers[0]) == 20
 
 
@@ -142,5 +134,5 @@ def test_turning_memphis_off_releases_the_broadcasts(fresh, tmp_path):
     fact, dim = tables(spark, str(tmp_path))
     query(spark, fact, dim, 0).collect()
     assert memphis.stats(spark)["bytes_held_join_broadcasts"] > 0
-    plain(spark, lambda: query(spark, fact, dim, 1).collect())
+    memphis_off(spark, lambda: query(spark, fact, dim, 1).collect())
     assert memphis.stats(spark)["bytes_held_join_broadcasts"] == 0

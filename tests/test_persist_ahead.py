@@ -2,7 +2,7 @@
 from pyspark.sql import functions as F
 
 import memphis
-from conftest import in_job_group
+from conftest import in_job_group, memphis_off
 from test_reuse import entry_states, eventually, per_key, sales, uses_memphis_cache
 
 
@@ -16,14 +16,6 @@ def stages_run(spark, tag, action):
     tracker = spark.sparkContext.statusTracker()
     stages = [tracker.getStageInfo(s) for j in jobs for s in tracker.getJobInfo(j).stageIds]
     return result, sum(1 for s in stages if s and s.numCompletedTasks > 0)
-
-
-def with_memphis_off(spark, action):
-    spark.conf.set("spark.memphis.enabled", "false")
-    try:
-        return action()
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
 
 
 def test_after_a_recurring_aggregate_a_new_one_is_persisted_at_its_first_occurrence(adaptive, tmp_path):
@@ -49,17 +41,17 @@ def test_after_a_recurring_aggregate_a_new_one_is_persisted_at_its_first_occurre
     assert uses_memphis_cache(second_df)  # the second occurrence is a hit, not a persist
     second, stages = stages_run(spark, "second", lambda: sorted(second_df.collect()))
     assert entry_states(spark)[key]["hits"] == 1
-    plain, plain_stages = stages_run(spark, "plain", lambda: with_memphis_off(
+    plain, plain_stages = stages_run(spark, "plain", lambda: memphis_off(
         spark, lambda: sorted(per_value(spark, path).where(F.col("total") > 3000).collect())))
     assert second == plain and stages < plain_stages, (stages, plain_stages)
-    assert first == with_memphis_off(spark, lambda: sorted(per_value(spark, path).where(F.col("n") > 0).collect()))
+    assert first == memphis_off(spark, lambda: sorted(per_value(spark, path).where(F.col("n") > 0).collect()))
 
     # A new aggregate over a held one is a one-off question about it (a loop's next step, too): not ahead.
     values_per_n = per_value(spark, path).groupBy("n").agg(F.count("*").alias("values"))
     over_held = values_per_n.where(F.col("values") > 0)
     rows = sorted(over_held.collect())
     assert entry_states(spark)[memphis.lineage_key(values_per_n)]["state"] == "seen"
-    assert rows == with_memphis_off(spark, lambda: sorted(over_held.collect()))
+    assert rows == memphis_off(spark, lambda: sorted(over_held.collect()))
     assert memphis.stats(spark)["persisted_ahead"] == ahead + 1
 
 
