@@ -39,6 +39,9 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
     .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
     .config("spark.sql.shuffle.partitions", "3").config("spark.sql.adaptive.enabled", "false")
     .config("spark.sql.extensions", classOf[MemphisSparkSessionExtension].getName)
+    // The model is delayed caching: an entry is persisted by a query, never while this suite plans
+    // a cached relation to build its RDD. Persisting ahead: tests/test_persist_ahead.py.
+    .config("spark.memphis.reuse.persistAhead", "false")
     .getOrCreate()
   private lazy val cache = LineageCache.forContext(spark.sparkContext)
 
