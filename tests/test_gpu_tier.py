@@ -204,7 +204,6 @@ def test_simulated_arrays_do_not_mix_with_host_arrays():
     assert device.counts["copies_to_device"] == 1 and (x.T + 1).get().tolist() == [1.0, 2.0, 3.0, 4.0]
 
 
-
 def test_a_collected_matrix_is_stacked_from_its_columns_in_one_counted_copy(device):
     import pyarrow as pa
 

@@ -162,8 +162,8 @@ def stats(spark) -> dict:
     Spark tier (what ``SELECT * FROM memphis_stats()`` shows): hits, misses, persisted,
     materialized, evicted, invalidated, refused, refused_other_user (another user's entry, not
     served: ``spark.memphis.shareAcrossUsers``), bytes_held, compute_saved_ms, shuffles_retained,
-    shuffles_reused, persisted_ahead, storage_budget_bytes; for loops checkpointed, checkpoints_released,
-    checkpoint_files_deleted and persisted_speculatively; and for join broadcasts read across queries
+    shuffles_reused, persisted_ahead, storage_budget_bytes; for loops checkpointed,
+    checkpoints_released, checkpoint_files_deleted and persisted_speculatively; and for join broadcasts read across queries
     broadcasts_registered, broadcasts_reused, broadcasts_released and bytes_held_join_broadcasts.
     Driver tiers (:mod:`memphis.local`), prefixed ``local_``: local_hits, local_partial_hits,
     local_misses, local_computed, local_evicted, local_spilled, local_reloaded, local_refused,

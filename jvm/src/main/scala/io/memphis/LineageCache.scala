@@ -120,8 +120,12 @@ final class LineageCache private (val sparkContext: SparkContext) {
     // The subplans this query reads from memphis's storage, served or persisted (by identity).
     val owned = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap[LogicalPlan, java.lang.Boolean])
     val due = mutable.ArrayBuffer.empty[(LogicalPlan, CacheEntry)]
-    val keyOf = new java.util.IdentityHashMap[LogicalPlan, LineageKey]
-    results.foreach { case (p, Right(k)) => keyOf.put(p, k); case _ => }
+    // Built only when a first-occurrence aggregate asks (not on every query).
+    lazy val keyOf = {
+      val keys = new java.util.IdentityHashMap[LogicalPlan, LineageKey]
+      results.foreach { case (p, Right(k)) => keys.put(p, k); case _ => }
+      keys
+    }
     // Whether memphis holds a result inside `subplan` for `user` (a shared aggregate, a loop's last
     // result): one-off questions about a held result are many, and caching each of them ahead
     // would nest cached relations, whose plans grow with every level (a loop's, exponentially).
@@ -130,8 +134,11 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val ahead = mutable.Map.empty[CacheEntry, String]  // due at their first occurrence: why
     // The query's answer up to its presentation (order, limit, columns): not persisted ahead, since
     // an answer is rarely asked for again as it is.
-    val answer = mutable.ArrayBuffer(plan)
-    while (LineageCache.presents(answer.last)) answer += answer.last.children.head
+    lazy val answer = {
+      val chain = mutable.ArrayBuffer(plan)
+      while (LineageCache.presents(chain.last)) chain += chain.last.children.head
+      chain
+    }
     results.foreach { case (subplan, result) =>
       if (LineageCache.isCandidate(subplan, plan) && !served.exists(_.exists(_ eq subplan))) {
         result match {

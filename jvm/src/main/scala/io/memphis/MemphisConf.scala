@@ -121,8 +121,8 @@ object MemphisConf {
       "(cached values, recycled buffers, live arrays); MEMPHIS uses 0.9.")(parseFraction)
 
   val All: Seq[Entry[_]] = Seq(Enabled, ShareAcrossUsers, StorageFraction, StorageMaxBytes, MinOccurrences,
-    RetainedShuffles, PersistAhead, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir, LoopSpeculative,
-    HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
+    RetainedShuffles, PersistAhead, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir,
+    LoopSpeculative, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed, e.static))
