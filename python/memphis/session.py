@@ -186,7 +186,7 @@ def stats(spark) -> dict:
 
     counters = json.loads(_jvm.facade(spark).statsJson(spark._jsparkSession))
     for name, value in local.stats().items():
-        counters[name if name.startswith("bytes_held_") else f"local_{name}"] = value
+        counters[name if name.startswith("bytes_held_") or name.endswith("_budget_bytes") else f"local_{name}"] = value
     return counters
 
 

@@ -387,10 +387,12 @@ class HostTier:
         with self._cond:
             counts = dict(self._counts)
             counts["bytes_held_host"] = self.bytes_held
+            counts["host_budget_bytes"] = self.max_bytes
         counts["compute_saved_ms"] = round(counts["compute_saved_ms"], 3)
         counts["corrupt"] = self.disk.corrupt if self.disk else 0
         counts["spill_failed"] = self.disk.failed_writes if self.disk else 0
         counts["bytes_held_disk"] = self.disk.bytes_held if self.disk else 0
+        counts["disk_budget_bytes"] = self.disk.max_bytes if self.disk else 0
         return counts
 
     def entries(self) -> list:

@@ -4,8 +4,8 @@ import scala.collection.mutable
 
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, SourceFingerprint}
-import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, OwnerMark, RetainShuffle, ReuseRule, ShuffleReuseRule,
-  StorageListener}
+import io.memphis.reuse.{Admission, CacheEntry, EntryState, EvictionPolicy, OwnerMark, RecentRecurrence, RetainShuffle,
+  ReuseRule, ShuffleReuseRule, StorageListener}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.PythonUDF
@@ -52,7 +52,14 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * shared aggregates from several sides, and the next such one is persisted at its first occurrence
    * (`reuse.persistAhead`) rather than at its second, which would finish it from a kept shuffle.
    */
-  private val recentAggregates = mutable.Queue.empty[CacheEntry]
+  private val recentAggregates = new RecentRecurrence[CacheEntry](LineageCache.RecentAggregates, _.occurrences > 1)
+  /**
+   * SQL executions memphis planned and that have not ended: the query (consumer), when it was
+   * planned, and the entries it reads or fills ([[executionEnded]] judges them on its duration).
+   */
+  private val running = mutable.LinkedHashMap.empty[Long, (String, Long, Set[CacheEntry])]
+  /** Per query (consumer): how long it took, latest, when memphis served and persisted nothing for it. */
+  private val plainMs = mutable.LinkedHashMap.empty[String, Long]
   /** How many times memphis persisted anything: numbers cached relations' names. */
   private var persists = 0L
   /** The session of the latest decision: its confs (budget, policy) and CacheManager serve evictions. */
@@ -64,29 +71,30 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** Broadcasts of joins that later queries read instead of building them again. */
   val broadcasts = new io.memphis.reuse.BroadcastRegistry(this)
 
+  /** The driver heap's pressure valve ([[relievePressure]]). */
+  private val pressure = new HeapPressure(MemphisConf.DriverPressureThreshold.parse(sparkContext.getConf.get(
+    MemphisConf.DriverPressureThreshold.key, MemphisConf.DriverPressureThreshold.default)).getOrElse(0.8))
+
   sparkContext.addSparkListener(new StorageListener(this))
 
-  /**
-   * Bytes of Spark storage memphis may fill: `storage.fraction` of the executors' storage memory
-   * (the driver's too in local mode, where it is the executor), capped by `storage.maxBytes`.
-   */
-  def storageBudgetBytes(conf: SQLConf): Long = {
-    val driver = SparkShim.driverBlockManagerHostPort
-    val storage = sparkContext.statusTracker.getExecutorInfos.toSeq
-      .filter(e => sparkContext.isLocal || !driver.contains((e.host, e.port)))
-      .map(e => e.totalOnHeapStorageMemory + e.totalOffHeapStorageMemory).sum
-    val byFraction = (storage * MemphisConf.StorageFraction.get(conf)).toLong
-    val cap = MemphisConf.StorageMaxBytes.get(conf)
-    if (cap > 0) math.min(byFraction, cap) else byFraction
-  }
+  /** Where memphis holds data, what it holds there and what it may hold: one account per place. */
+  def budgets(conf: SQLConf): MemoryAccounts = new MemoryAccounts(this, conf)
 
-  /** Bytes memphis holds in Spark storage now: derived from the entries, so it cannot drift. */
+  /** Bytes memphis holds in cached relations now: derived from the entries, so it cannot drift. */
   def heldBytes: Long = synchronized(entries.values.filter(e => EntryState.Holding.contains(e.state)).map(_.sizeBytes).sum)
 
-  /** What `memphis_stats()` shows: the counters, then what is held and the budget. */
-  def statsRows(conf: SQLConf): Seq[(String, Long)] =
-    stats.snapshot ++ Seq("bytes_held" -> heldBytes, "storage_budget_bytes" -> storageBudgetBytes(conf),
-      "bytes_held_join_broadcasts" -> broadcasts.heldBytes)
+  /** Bytes of memphis's own structures on the driver heap: its entries and their keys, approximately. */
+  def structureBytes: Long = synchronized(entries.values.map(e => LineageCache.EntryBytes + 2L * e.key.canonicalChars).sum)
+
+  /** Bytes the first occurrences' kept shuffles take on local disk. */
+  def retainedShuffleBytes: Long = synchronized(retaining.toSeq).flatMap(_.firstShuffles).map(SparkShim.shuffleBytes).sum
+
+  /** What `memphis_stats()` shows: the counters, then, per place, what is held and the budget. */
+  def statsRows(conf: SQLConf): Seq[(String, Long)] = {
+    val account = budgets(conf)
+    stats.snapshot ++ Seq("bytes_held" -> heldBytes, "bytes_held_join_broadcasts" -> broadcasts.heldBytes) ++
+      account.rows ++ Seq("driver_heap_used_bytes" -> HeapPressure.usedBytes, "driver_heap_max_bytes" -> HeapPressure.maxBytes)
+  }
 
   /**
    * Looks at one query's analyzed plan: drops entries whose sources changed, then for each
@@ -103,6 +111,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
     // This runs for every query: one with nothing to persist and nothing held to check costs no keys.
     val holding = synchronized(entries.values.exists(e => EntryState.Holding.contains(e.state)))
     if (!holding && !plan.exists(LineageCache.isCandidate(_, plan))) return marks
+    relievePressure()
+    val planned = System.currentTimeMillis()
     val results = LineageKey.ofSubplans(plan, SparkShim.keyContext(session))
     synchronized {
       this.session = Some(session)
@@ -120,6 +130,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     // The subplans this query reads from memphis's storage, served or persisted (by identity).
     val owned = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap[LogicalPlan, java.lang.Boolean])
     val due = mutable.ArrayBuffer.empty[(LogicalPlan, CacheEntry)]
+    val used = mutable.Set.empty[CacheEntry]  // entries this query reads or fills
     // Built only when a first-occurrence aggregate asks (not on every query).
     lazy val keyOf = {
       val keys = new java.util.IdentityHashMap[LogicalPlan, LineageKey]
@@ -145,9 +156,10 @@ final class LineageCache private (val sparkContext: SparkContext) {
           case Left(reason) => decide(Counter.Refused, s"no reuse of ${subplan.nodeName}: $reason")
           case Right(key) => synchronized {
             observe(session, subplan, key, user, minOccurrences, consumer) match {
-              case Observed.Served =>
+              case Observed.Served(e) =>
                 served += subplan
                 owned.add(subplan)
+                used += e
               case Observed.Due(e) => due += subplan -> e
               case Observed.First(e) if LineageCache.keepsShuffle(subplan) =>
                 (if (persistAhead && !answer.exists(_ eq subplan) && !overHeld(subplan, user)) aheadReason(e) else None) match {
@@ -164,8 +176,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
       }
     }
     // A due subplan inside another one is persisted only when it recurred more often than that one
-    // (it is shared beyond it): otherwise the outer one serves every query that needs it.
-    val chosen = due.foldLeft(List.empty[(LogicalPlan, CacheEntry)]) { case (picked, (subplan, e)) =>
+    // (it is shared beyond it): otherwise the outer one serves every query that needs it. Refused
+    // ones ([[Admission]]) are out before: they serve no one.
+    val chosen = due.filter { case (subplan, e) => admits(session, subplan, e) }.foldLeft(List.empty[(LogicalPlan, CacheEntry)]) { case (picked, (subplan, e)) =>
       val outer = picked.filter(_._1.exists(_ eq subplan)).map(_._2.occurrences)
       if (outer.forall(e.occurrences > _)) (subplan, e) :: picked else picked
     }
@@ -178,10 +191,91 @@ final class LineageCache private (val sparkContext: SparkContext) {
           ", filled by the job that needs it", owned)
         if (ahead.contains(e) && EntryState.Holding.contains(e.state)) stats.add(Counter.PersistedAhead)
       }
-      if (EntryState.Holding.contains(e.state)) owned.add(subplan)
+      if (EntryState.Holding.contains(e.state)) {
+        owned.add(subplan)
+        used += e
+      }
     })
+    currentExecution.foreach(executionPlanned(_, consumer, planned, used.toSet))
     if (!shareAcrossUsers) owned.forEach(p => marks.put(p, OwnerMark(user, _)))
     marks
+  }
+
+  /**
+   * Whether `e`'s due subplan may be persisted: not when [[Admission]] refuses it (decided once per
+   * entry, outside the lock: it runs the optimizer) or when it was refused since (too large once
+   * stored, or it made a query slower). A refusal is counted each time and shown as the entry's reason.
+   */
+  private def admits(session: SparkSession, subplan: LogicalPlan, e: CacheEntry): Boolean = {
+    if (synchronized(e.refusal.isEmpty && e.estimatedBytes.isEmpty)) {
+      val verdict = Admission.verdict(session, subplan, storageBudgetBytes(SparkShim.sqlConf(session)))
+      synchronized(verdict.fold(r => e.refusal = Some(r), bytes => e.estimatedBytes = Some(bytes)))
+    }
+    synchronized(e.refusal).forall { case (counter, why) =>
+      synchronized(e.reason = why)
+      decide(counter, s"no reuse of ${e.key.hash}: $why")
+      false
+    }
+  }
+
+  /** Bytes of Spark storage memphis may fill (see [[MemoryAccounts]]). */
+  def storageBudgetBytes(conf: SQLConf): Long = budgets(conf).storageBudget
+
+  /** SQL execution `id` runs query `consumer`, planned at `since`, reading or filling `used`. */
+  private[memphis] def executionPlanned(id: Long, consumer: String, since: Long, used: Set[CacheEntry]): Unit = synchronized {
+    val (_, first, before) = running.getOrElse(id, (consumer, since, Set.empty[CacheEntry]))
+    running(id) = (consumer, first, before ++ used)
+    while (running.size > LineageCache.MaxRunning) running.remove(running.head._1)
+  }
+
+  /**
+   * A SQL execution memphis planned ended: when it neither read nor filled an entry its duration is
+   * the query's plain time; when it did and took longer than the plain time by more than
+   * [[LineageCache.SlowerBound]], its entries made it slower (reading a cached relation costs more
+   * than the plan it stands for, or filling it more than the query): they are let go and refused.
+   */
+  def executionEnded(id: Long, endMs: Long, failed: Boolean): Unit = synchronized {
+    running.remove(id).filter(_ => !failed).foreach { case (consumer, since, used) =>
+      val took = endMs - since
+      if (used.isEmpty) {
+        plainMs.remove(consumer)
+        plainMs(consumer) = took
+        while (plainMs.size > LineageCache.MaxRemembered) plainMs.remove(plainMs.head._1)
+      } else plainMs.get(consumer).foreach { plain =>
+        val (factor, slackMs) = LineageCache.SlowerBound
+        if (took > plain * factor + slackMs) used.filter(_.refusal.isEmpty).foreach { e =>
+          val why = s"not persisted again: query $consumer took $took ms with it, $plain ms without"
+          e.refusal = Some(Counter.RefusedSlower -> why)
+          if (EntryState.Holding.contains(e.state)) session.foreach(release(_, e, EntryState.Evicted, Counter.RefusedSlower, why))
+          else decide(Counter.RefusedSlower, s"${e.key.hash}: $why")
+        }
+      }
+    }
+  }
+
+  /**
+   * When the driver heap stays above its threshold after a collection ([[HeapPressure]]): lets go of
+   * what memphis holds on the driver heap, lowest value per byte first, until half of it is gone:
+   * join broadcasts and, in local mode, where executors' storage is the driver heap, idle
+   * materialized entries. Spark would otherwise run out of memory with them referenced.
+   */
+  def relievePressure(): Unit = if (pressure.crossed()) synchronized {
+    val state = pressure.describe
+    val policy = session.map(s => MemphisConf.EvictionPolicyName.get(SparkShim.sqlConf(s))).getOrElse("costnsize")
+    val held = broadcasts.retained.map(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.bytes,
+      () => broadcasts.release(r, Counter.PressureReleases, s"heap pressure ($state)"))) ++
+      (if (!sparkContext.isLocal) Nil else entries.values.filter(e => e.state == EntryState.Materialized && e.readers.isEmpty)
+        .toSeq.flatMap(e => session.map(s => (EvictionPolicy.score(policy, e), e.sizeBytes,
+          () => release(s, e, EntryState.Evicted, Counter.PressureReleases, s"heap pressure ($state)")))))
+    val total = held.map(_._2).sum
+    var freed = 0L
+    held.sortBy(_._1).foreach { case (_, bytes, let) =>
+      if (freed == 0 || 2 * freed < total) {
+        let()
+        freed += bytes
+      }
+    }
+    if (held.isEmpty) log.debug(s"memphis: heap pressure ($state), nothing of memphis's held on the driver")
   }
 
   /**
@@ -214,10 +308,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
         case Some(e) => Some(e).filter(_.key.sameLineage(key))
         case None => Some(remember(key, user, System.currentTimeMillis()))
       }
-      entry.exists { e =>
-        if (!EntryState.Holding.contains(e.state) && !e.tooLarge) {
-          persist(session, e, subplan, reason, java.util.Collections.emptySet())
-        }
+      entry.filter(e => EntryState.Holding.contains(e.state) || admits(session, subplan, e)).exists { e =>
+        if (!EntryState.Holding.contains(e.state)) persist(session, e, subplan, reason, java.util.Collections.emptySet())
         EntryState.Holding.contains(e.state)
       }
     }}
@@ -262,16 +354,16 @@ final class LineageCache private (val sparkContext: SparkContext) {
         stats.add(Counter.ComputeSavedMs, e.costMs)
         currentExecution.foreach(e.readers += _)
         decide(Counter.Hits, s"reuse ${key.hash} (${e.state}, hit ${e.hits})")
-        Observed.Served
+        Observed.Served(e)
       case Some(e) =>
         e.occurrences += 1
         e.lastAccess = now
         if (e.state == EntryState.Evicted) e.misses += 1
         decide(Counter.Misses, s"miss ${key.hash} (${e.state}, occurrence ${e.occurrences})")
-        // An evicted entry already proved its reuse: it is persisted again when it returns.
-        if (e.tooLarge) decide(Counter.Refused, s"no reuse of ${key.hash}: ${e.reason}")
+        // An evicted entry already proved its reuse: it is persisted again when it returns (unless
+        // it was refused since: [[admits]] says so).
         val wanted = e.state == EntryState.Evicted || e.occurrences >= minOccurrences
-        if (wanted && !e.tooLarge) Observed.Due(e) else Observed.Counted
+        if (wanted) Observed.Due(e) else Observed.Counted
     }
   }
 
@@ -279,15 +371,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * Records `e`, an aggregate first met inside a query, among the recent ones; says why it is to be
    * persisted ahead when at least half of those before it (and at least one) recurred.
    */
-  private def aheadReason(e: CacheEntry): Option[String] = {
-    val before = recentAggregates.size
-    val recurred = recentAggregates.count(_.occurrences > 1)
-    recentAggregates.enqueue(e)
-    if (recentAggregates.size > LineageCache.RecentAggregates) recentAggregates.dequeue()
-    if (recurred > 0 && 2 * recurred >= before) {
-      Some(s"occurrence 1: persisted ahead, $recurred of the last $before aggregates first met inside a query recurred")
-    } else None
-  }
+  private def aheadReason(e: CacheEntry): Option[String] =
+    recentAggregates.firstMet(e, "aggregates first met inside a query").map(why => s"occurrence 1: persisted ahead, $why")
 
   /**
    * A new seen entry for `key`. The entries that only remember (seen, evicted, invalid) are kept to
@@ -320,6 +405,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
       val bound = MemphisConf.RetainedShuffles.get(SQLConf.get)
       while (retaining.size > bound) dropShuffles(retaining.head)
       decide(Counter.ShufflesRetained, s"retain ${shuffles.size} shuffle(s) of the first occurrence of ${e.key.hash}")
+      // Bytes on local disk are known once the shuffles are written: the older ones already are.
+      val disk = budgets(SQLConf.get)
+      while (retaining.size > 1 && disk.localDiskHeld > disk.localDiskBudget) dropShuffles(retaining.head)
     }
   }
 
@@ -430,6 +518,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
     entries.values.foreach(dropShuffles)
     entries.clear()
     recentAggregates.clear()
+    running.clear()
+    plainMs.clear()
   }
 
   def blockUpdated(rddId: Int, partition: Int, isStored: Boolean, bytes: Long, executor: String): Unit = synchronized {
@@ -492,12 +582,15 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val policy = MemphisConf.EvictionPolicyName.get(conf)
     val idle = (e: CacheEntry) => e.state == EntryState.Materialized && e.readers.isEmpty
     entries.values.filter(e => idle(e) && e.sizeBytes > budget).toSeq.foreach { e =>
-      release(session, e, EntryState.Evicted, Counter.Evicted, s"${e.sizeBytes} bytes exceed the whole budget of $budget")
-      e.tooLarge = true
+      val why = s"${e.sizeBytes} bytes exceed the whole budget of $budget"
+      release(session, e, EntryState.Evicted, Counter.Evicted, why)
+      e.refusal = Some(Counter.Refused -> s"not persisted again: $why")
     }
+    // Local checkpoints share the place: what they take is not there for cached relations.
+    val checkpointed = checkpoints.storageBytes
     // In the policy's order; when the next to go is still read, wait for its execution to end.
     val order = EvictionPolicy.evictionOrder(policy, entries.values.filter(_.state == EntryState.Materialized).toSeq)
-    order.iterator.takeWhile(e => heldBytes > budget && idle(e)).foreach { e =>
+    order.iterator.takeWhile(e => heldBytes + checkpointed > budget && idle(e)).foreach { e =>
       release(session, e, EntryState.Evicted, Counter.Evicted,
         f"over the budget of $budget bytes ($policy score ${EvictionPolicy.score(policy, e)}%.3g)")
     }
@@ -566,7 +659,11 @@ object LineageCache {
   // Guarded by the object's lock.
   private var current: Option[LineageCache] = None
 
+  // The JVM's heap notifications reach the live cache's valve; registered once per JVM.
+  private lazy val pressureListened: Unit = HeapPressure.listen(() => synchronized(current).foreach(_.relievePressure()))
+
   def forContext(sc: SparkContext): LineageCache = synchronized {
+    pressureListened
     current.filter(_.sparkContext eq sc).getOrElse {
       val cache = new LineageCache(sc)
       current = Some(cache)
@@ -577,7 +674,7 @@ object LineageCache {
   /** What one occurrence of a subplan comes to in its query. */
   private sealed trait Observed
   private object Observed {
-    case object Served extends Observed
+    final case class Served(entry: CacheEntry) extends Observed
     final case class Due(entry: CacheEntry) extends Observed
     /** A first occurrence that is not persisted yet. */
     final case class First(entry: CacheEntry) extends Observed
@@ -589,6 +686,18 @@ object LineageCache {
 
   /** How many entries that hold nothing are remembered; each keeps only its key. */
   val MaxRemembered = 10000
+
+  /** How many running SQL executions are followed for [[LineageCache.executionEnded]] (more are not judged). */
+  val MaxRunning = 1000
+
+  /**
+   * A query memphis read or filled an entry for is slower than without when it takes more than
+   * this factor of its plain time plus this many ms: the slack covers a shared machine's noise.
+   */
+  val SlowerBound: (Double, Long) = (1.5, 1000L)
+
+  /** Bytes of an entry's own fields on the driver heap, besides its key's text (measured order of magnitude). */
+  val EntryBytes = 1024L
 
   /** How many recent aggregates first met inside a query decide whether the next is persisted ahead. */
   val RecentAggregates = 16

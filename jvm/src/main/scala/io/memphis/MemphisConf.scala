@@ -99,11 +99,29 @@ object MemphisConf {
     "Bytes of driver values memphis.broadcast keeps broadcast for reuse; the least recently used is let go beyond it.")(
     parseBytes)
 
-  val BroadcastJoinMaxBytes: Entry[Long] = Entry(
-    Prefix + "broadcast.joinMaxBytes", "512m", "a byte size such as 0, 64m or 512m (0 turns cross-query broadcast reuse off)",
+  val BroadcastJoinMaxBytes: Entry[Option[Long]] = Entry(
+    Prefix + "broadcast.joinMaxBytes", "auto",
+    "auto, or a byte size such as 0, 64m or 512m (0 turns cross-query broadcast reuse off)",
     "Bytes of join broadcasts memphis keeps for later queries to read instead of building them again; " +
-      "the least recently used is let go beyond it.")(
-    parseBytes)
+      "auto: the driver-heap budget (driver.heapFraction); a size caps it further.")(
+    v => if (v.trim.equalsIgnoreCase("auto")) Some(None) else parseBytes(v).map(Some(_)))
+
+  val DriverHeapFraction: Entry[Double] = Entry(
+    Prefix + "driver.heapFraction", "0.1", "a number greater than 0 and at most 1",
+    "Share of the driver's maximum heap memphis may fill with what it keeps referenced there (join " +
+      "broadcasts and its own entries); Spark's storage memory is accounted apart (storage.fraction).")(parseFraction)
+
+  // Static: the threshold is set on the JVM's heap pool, which the whole driver shares.
+  val DriverPressureThreshold: Entry[Double] = Entry(
+    Prefix + "driver.pressureThreshold", "0.8", "a number greater than 0 and at most 1",
+    "Share of the driver's old-generation heap that, still in use after a garbage collection, makes " +
+      "memphis let go of what it holds on the driver, lowest score first. Fixed when the SparkContext starts.",
+    static = true)(parseFraction)
+
+  val LocalDiskFraction: Entry[Double] = Entry(
+    Prefix + "localDisk.fraction", "0.1", "a number greater than 0 and at most 1",
+    "Share of the free space of Spark's local directory that memphis may fill with kept shuffles and " +
+      "checkpoint files; the oldest kept shuffles go first beyond it.")(parseFraction)
 
   val DiskDir: Entry[String] = Entry(
     Prefix + "disk.dir", "", "a directory path (empty means memphis-<user> under the system temp directory)",
@@ -122,7 +140,8 @@ object MemphisConf {
 
   val All: Seq[Entry[_]] = Seq(Enabled, ShareAcrossUsers, StorageFraction, StorageMaxBytes, MinOccurrences,
     RetainedShuffles, PersistAhead, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir,
-    LoopSpeculative, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DiskDir, DiskMaxBytes, GpuMemoryFraction)
+    LoopSpeculative, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DriverHeapFraction, DriverPressureThreshold,
+    LocalDiskFraction, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
   All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed, e.static))

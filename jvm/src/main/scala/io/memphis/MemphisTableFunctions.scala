@@ -29,13 +29,14 @@ object MemphisTableFunctions {
     Seq("key" -> StringType, "state" -> StringType, "occurrences" -> IntegerType, "hits" -> LongType,
       "misses" -> LongType, "consumers" -> IntegerType, "readers" -> IntegerType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
       "partitions" -> IntegerType, "cost_ms" -> LongType, "score" -> DoubleType, "height" -> IntegerType,
-      "last_access_ms" -> LongType, "retained_shuffles" -> IntegerType, "reason" -> StringType, "owner" -> StringType),
+      "last_access_ms" -> LongType, "retained_shuffles" -> IntegerType, "estimated_bytes" -> LongType,
+      "reason" -> StringType, "owner" -> StringType),
     cache => {
       val policy = MemphisConf.EvictionPolicyName.get(SQLConf.get)
       cache.entryRows(e => InternalRow(UTF8String.fromString(e.key.hash),
         UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.stored.size,
         e.partitions, e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess, e.firstShuffles.size,
-        UTF8String.fromString(e.reason), UTF8String.fromString(e.owner)))
+        e.estimatedBytes.fold(-1L)(b => if (b.isValidLong) b.toLong else Long.MaxValue), UTF8String.fromString(e.reason), UTF8String.fromString(e.owner)))
     })
 
   private def tableFunction(name: String, usage: String, columns: Seq[(String, DataType)],

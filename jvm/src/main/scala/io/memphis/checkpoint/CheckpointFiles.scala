@@ -30,6 +30,15 @@ final class CheckpointFiles(cache: LineageCache) {
   private val pending = mutable.Map.empty[Reference[_ <: RDD[_]], String]
   private val roots = mutable.LinkedHashSet.empty[String]
 
+  /** Bytes of the files in `folder` when it is on the local filesystem (else 0: not this machine's disk). */
+  def localBytes(folder: String): Long = try {
+    val path = new Path(folder)
+    val fs = path.getFileSystem(cache.sparkContext.hadoopConfiguration)
+    if (fs.getScheme == "file" && fs.exists(path)) fs.getContentSummary(path).getLength else 0L
+  } catch {
+    case NonFatal(_) => 0L
+  }
+
   /** A new folder for checkpoint number `n` under `dir`, for this application. */
   def folder(dir: String, n: Long): String = synchronized {
     val root = new Path(dir, s"memphis-${cache.sparkContext.applicationId}").toString

@@ -177,6 +177,12 @@ final class Checkpoints(cache: LineageCache) {
 
   /** How many checkpoints are held now. */
   def held: Int = synchronized(registry.size)
+
+  /** Bytes the held local checkpoints take in Spark storage. */
+  def storageBytes: Long = synchronized(registry.values.filter(_.folder.isEmpty).toSeq).map(c => SparkShim.storedBytes(c.rdd)).sum
+
+  /** Bytes the held reliable checkpoints take in their folders on the local filesystem. */
+  def localFileBytes: Long = synchronized(registry.values.flatMap(_.folder).toSeq).map(files.localBytes).sum
 }
 
 object Checkpoints {

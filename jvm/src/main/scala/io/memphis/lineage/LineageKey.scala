@@ -23,6 +23,9 @@ import org.apache.spark.sql.types.{StructField, StructType}
 final case class LineageKey(hash: String, local: String, children: Seq[LineageKey],
     sources: Seq[SourceFingerprint], height: Int) {
 
+  /** Characters of the canonical forms in this key's tree: what it takes on the heap, besides fixed fields. */
+  lazy val canonicalChars: Long = local.length + children.map(_.canonicalChars).sum
+
   /** Equal hash and equal canonical forms all the way down. */
   def sameLineage(other: LineageKey): Boolean =
     (this eq other) || (hash == other.hash && height == other.height && local == other.local &&

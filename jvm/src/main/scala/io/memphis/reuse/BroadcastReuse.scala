@@ -18,10 +18,12 @@ import org.apache.spark.sql.memphis.SparkShim
 /**
  * A broadcast an earlier query built: what it is, what its sources held then, and its exchange or
  * stage; registered under `identity` and, unless entries are shared across users, the user whose
- * query built it (`scope`).
+ * query built it (`scope`). `costMs`: what building it took; `uses`: how often it was read since.
  */
 final class RetainedBroadcast(val identity: SparkPlan, val scope: String, val key: LineageKey, val plan: SparkPlan,
-    val bytes: Long, var lastUse: Long)
+    val bytes: Long, val costMs: Long, var lastUse: Long) {
+  var uses = 0L
+}
 
 /** The key of a broadcast exchange's build side, and in whose scope its query planned it. */
 final case class PlannedBroadcast(key: LineageKey, scope: String)
@@ -38,24 +40,34 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
  * registered broadcast. The identity alone is not enough: Spark's canonical forms compare file
  * sources by their paths, not by the files in them.
  *
- * Bounded by `spark.memphis.broadcast.joinMaxBytes`, least recently used let go first. Letting go
+ * Kept on its second build, or on its first when the session's recent broadcasts recurred
+ * ([[RecentRecurrence]]): a broadcast is held on the driver heap, which is not the place for one-off
+ * build sides. Bounded by the driver heap's budget for join broadcasts ([[io.memphis.MemoryAccounts]],
+ * capped by `spark.memphis.broadcast.joinMaxBytes`); one larger than half of it is not kept, and
+ * beyond it the one of least value per byte (build time × (1 + reads) / bytes) goes first. Letting go
  * unpersists, never destroys: a DataFrame that planned the broadcast (the query that built it, run
  * again, or one planned from this registry) may read it at any time, and a destroyed broadcast
  * fails such a read, where an unpersisted one is fetched from the driver again. Spark's
  * ContextCleaner destroys it once no plan references it, as it does for any query's broadcast.
  */
 final class BroadcastRegistry(cache: LineageCache) {
-  // Invariant: `entries` ((identity, scope) -> entry, least recently used first), `expected` and
-  // `budget` change only under this object's lock.
+  // Invariant: `entries` ((identity, scope) -> entry, least recently used first), `expected`, `built`,
+  // `recent` and `budget` change only under this object's lock.
   private val entries = mutable.LinkedHashMap.empty[(SparkPlan, String), RetainedBroadcast]
   /** Key hashes of broadcasts planned and not registered yet (their query may have just ended). */
   private val expected = mutable.LinkedHashSet.empty[String]
-  /** Bytes the registry may hold: from the conf of the latest session that planned a broadcast. */
-  private var budget = MemphisConf.parseBytes(MemphisConf.BroadcastJoinMaxBytes.default).get
+  /** How often each broadcast (key hash, scope) was built, for the most recent [[BroadcastRegistry.MaxExpected]]. */
+  private val built = mutable.LinkedHashMap.empty[(String, String), Int]
+  private val recent = new RecentRecurrence[(String, String)](BroadcastRegistry.RecentBroadcasts, built.getOrElse(_, 0) > 1)
+  /** Bytes the registry may hold: from the latest session that planned a broadcast; none until one did. */
+  private var budget = 0L
 
   def heldBytes: Long = synchronized(entries.values.map(_.bytes).sum)
 
   def held: Int = synchronized(entries.size)
+
+  /** The broadcasts kept now. */
+  def retained: Seq[RetainedBroadcast] = synchronized(entries.values.toList)
 
   /**
    * The registered broadcast `exchange` may read in `scope` (see [[scopeNow]]), if any, given its
@@ -79,6 +91,7 @@ final class BroadcastRegistry(cache: LineageCache) {
           entries.remove(identity -> scope)
           entries(identity -> scope) = r
           r.lastUse = System.currentTimeMillis()
+          r.uses += 1
           Some(r)
         }
       }
@@ -119,37 +132,51 @@ final class BroadcastRegistry(cache: LineageCache) {
    * could read was registered (it ended after the query was planned, or it is a plain exchange,
    * which cannot serve adaptive execution), so the newer one serves at least as many queries.
    */
-  private def register(built: SparkPlan, planned: PlannedBroadcast): Unit = synchronized {
+  private def register(plan: SparkPlan, planned: PlannedBroadcast): Unit = synchronized {
     val key = planned.key
     expected -= key.hash
-    val identity = SparkShim.exchangeIdentity(built)
-    val bytes = SparkShim.broadcastBytes(built)
+    val identity = SparkShim.exchangeIdentity(plan)
+    val bytes = SparkShim.broadcastBytes(plan)
     val known = entries.get(identity -> planned.scope)
-    if (!known.exists(_.plan eq built)) { // the same plan run again registers nothing new
+    if (!known.exists(_.plan eq plan)) { // the same plan run again registers nothing new
       known.foreach(release(_, Counter.BroadcastsReleased, "replaced by a newer build of the same broadcast"))
-      if (bytes > budget) {
-        cache.decide(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed the budget of $budget")
+      val id = key.hash -> planned.scope
+      val builds = built.remove(id).getOrElse(0) + 1
+      built(id) = builds
+      while (built.size > BroadcastRegistry.MaxExpected) built.remove(built.head._1)
+      val likely = if (builds > 1) Some(s"built $builds times") else recent.firstMet(id, "broadcasts built")
+      if (likely.isEmpty) {
+        cache.decide(Counter.BroadcastsSeen, s"seen broadcast ${key.hash}: first build, kept if built again")
+      } else if (bytes > budget * Admission.MaxShare) {
+        cache.decide(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed its share " +
+          s"(${Admission.MaxShare} of the budget of $budget)")
       } else {
-        entries(identity -> planned.scope) =
-          new RetainedBroadcast(identity, planned.scope, key, built, bytes, System.currentTimeMillis())
-        cache.decide(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes)")
-        while (entries.values.map(_.bytes).sum > budget) {
-          release(entries.head._2, Counter.BroadcastsReleased, s"over the budget of $budget bytes (least recently used)")
+        entries(identity -> planned.scope) = new RetainedBroadcast(identity, planned.scope, key, plan, bytes,
+          SparkShim.broadcastCostMs(plan), System.currentTimeMillis())
+        cache.decide(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes, ${likely.get})")
+        val order = entries.values.toSeq.sortBy(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.lastUse))
+        order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget).foreach { r =>
+          release(r, Counter.BroadcastsReleased, s"over the budget of $budget bytes (least value per byte)")
         }
       }
     }
   }
 
-  private def release(r: RetainedBroadcast, counter: Counter.Value, why: String): Unit = {
-    entries.remove(r.identity -> r.scope)
-    SparkShim.releaseBroadcast(r.plan)
-    cache.decide(counter, s"released broadcast ${r.key.hash}: $why")
+  /** Lets go of `r` (see the class comment: unpersisted, not destroyed), counted under `counter`. */
+  def release(r: RetainedBroadcast, counter: Counter.Value, why: String): Unit = synchronized {
+    if (entries.get(r.identity -> r.scope).exists(_ eq r)) {
+      entries.remove(r.identity -> r.scope)
+      SparkShim.releaseBroadcast(r.plan)
+      cache.decide(counter, s"released broadcast ${r.key.hash}: $why")
+    }
   }
 
   /** Lets go of every registered broadcast (`memphis.clear`, or memphis turned off). */
   def releaseAll(why: String): Unit = synchronized {
     entries.values.toList.foreach(release(_, Counter.BroadcastsReleased, why))
     expected.clear()
+    built.clear()
+    recent.clear()
   }
 }
 
@@ -160,8 +187,11 @@ object BroadcastRegistry {
    */
   val KeyTag: TreeNodeTag[PlannedBroadcast] = TreeNodeTag[PlannedBroadcast]("memphis.broadcastKey")
 
-  /** How many planned, unregistered broadcast keys are remembered (for [[BroadcastRegistry.lookup]]'s wait). */
+  /** How many planned, unregistered broadcast keys are remembered (for [[BroadcastRegistry.lookup]]'s wait), and built ones counted. */
   val MaxExpected = 1024
+
+  /** How many recent first builds decide whether the next is kept at once ([[RecentRecurrence]]). */
+  val RecentBroadcasts = 16
 
   /** Longest wait for Spark's listeners before planning a broadcast without reuse. */
   val ListenerWaitMs = 2000L
@@ -188,8 +218,8 @@ final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) ext
     // made a stage and must stay one: the query-stage hook did the work before.
     val active = MemphisConf.Enabled.get(conf) && SparkShim.exchangeReuseEnabled(conf) &&
       asQueryStage == conf.adaptiveExecutionEnabled
-    val budget = MemphisConf.BroadcastJoinMaxBytes.get(conf)
-    if (!active || budget <= 0) plan
+    lazy val budget = LineageCache.forContext(session.sparkContext).budgets(conf).joinBroadcastBudget
+    if (!active || MemphisConf.BroadcastJoinMaxBytes.get(conf).contains(0L) || budget <= 0) plan
     else {
       try substitute(plan, budget)
       catch {

@@ -52,8 +52,13 @@ final class CacheEntry(val id: String, val key: LineageKey, val owner: String, n
   var costMs = 0L
   /** SQL executions that read or fill it and have not ended: it is not evicted under them. */
   val readers: mutable.Set[Long] = mutable.Set.empty
-  /** Set once it turned out larger than the whole budget: it is never persisted again. */
-  var tooLarge = false
+  /**
+   * Why it is never persisted (again), with the counter of that decision: refused on admission
+   * ([[Admission]]), larger than the whole budget once stored, or it made a query slower.
+   */
+  var refusal: Option[(io.memphis.CacheStats.Counter.Value, String)] = None
+  /** Its output as [[Admission]] estimated it, once admitted. */
+  var estimatedBytes: Option[BigInt] = None
   /** Bytes (memory + disk) of each stored partition. */
   val stored: mutable.Map[Int, Long] = mutable.Map.empty
   /**

@@ -16,8 +16,11 @@ object EvictionPolicy {
   def score(policy: String, e: CacheEntry): Double = policy match {
     case "lru" => e.lastAccess.toDouble
     case "dagheight" => 1.0 / e.key.height
-    case _ => e.costMs.toDouble * (1 + e.hits + e.misses) / math.max(e.sizeBytes, 1L)
+    case _ => valuePerByte(e.costMs, e.hits + e.misses, e.sizeBytes)
   }
+
+  /** `costnsize`'s score of anything memphis holds: what it saves per byte it takes. */
+  def valuePerByte(costMs: Long, uses: Long, bytes: Long): Double = costMs.toDouble * (1 + uses) / math.max(bytes, 1L)
 
   /** Entries in the order they should be evicted. */
   def evictionOrder(policy: String, entries: Seq[CacheEntry]): Seq[CacheEntry] =

@@ -1,6 +1,7 @@
 package io.memphis.reuse
 
 import io.memphis.LineageCache
+import org.apache.spark.sql.memphis.SparkShim
 import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
   SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
@@ -43,6 +44,7 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
   override def onOtherEvent(event: SparkListenerEvent): Unit = event match {
     case end: SparkListenerSQLExecutionEnd =>
       cache.readerEnded(end.executionId)
+      cache.executionEnded(end.executionId, end.time, SparkShim.executionFailed(end))
       cache.broadcasts.executionEnded(end)
     case _ =>
   }

@@ -17,7 +17,8 @@ import org.apache.spark.sql.execution.{CacheManager, ColumnarToRowTransition, Do
   QueryExecution, RowToColumnarTransition, SparkPlan, WholeStageCodegenExec}
 import org.apache.spark.sql.execution.adaptive.{AdaptiveSparkPlanExec, BroadcastQueryStageExec, QueryStageExec,
   ShuffleQueryStageExec}
-import org.apache.spark.sql.execution.exchange.{BroadcastExchangeExec, Exchange, ReusedExchangeExec, ShuffleExchangeLike}
+import org.apache.spark.sql.execution.exchange.{BroadcastExchangeExec, Exchange, ReusedExchangeExec, ShuffleExchangeExec,
+  ShuffleExchangeLike}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
 import org.apache.spark.sql.internal.SQLConf
 
@@ -60,6 +61,10 @@ object SparkShim {
     Option(SparkEnv.get).map(env => (env.blockManager.blockManagerId.host,
       env.blockManager.blockManagerId.port))
 
+  /** Spark's local directories on this machine (shuffle files, spilled blocks). */
+  def localDirs: Seq[java.io.File] =
+    Option(SparkEnv.get).toSeq.flatMap(_.blockManager.diskBlockManager.localDirs.toSeq.map(_.getParentFile)).distinct
+
   /** The session's own SQLConf (the API-level SparkSession does not expose it in Spark 4). */
   def sqlConf(session: SparkSession): SQLConf =
     session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState.conf
@@ -77,6 +82,10 @@ object SparkShim {
         s"openCost=${conf.filesOpenCostInBytes},minPartitions=${conf.filesMinPartitionNum}",
       MemphisConf.LineageMaxListedFiles.get(conf))
   }
+
+  /** `plan` (analyzed) as the session's optimizer plans it on its own. */
+  def optimize(session: SparkSession, plan: LogicalPlan): LogicalPlan =
+    classic(session).sessionState.optimizer.execute(plan)
 
   def classic(session: SparkSession): org.apache.spark.sql.classic.SparkSession =
     session.asInstanceOf[org.apache.spark.sql.classic.SparkSession]
@@ -288,6 +297,27 @@ object SparkShim {
 
   /** The built relation's size (the exchange's "data size" metric). */
   def broadcastBytes(retained: SparkPlan): Long = broadcastExchange(retained).runtimeStatistics.sizeInBytes.toLong
+
+  /** What building the broadcast cost, in ms: collecting, building and broadcasting its relation. */
+  def broadcastCostMs(retained: SparkPlan): Long = {
+    val metrics = broadcastExchange(retained).metrics
+    Seq("collectTime", "buildTime", "broadcastTime").flatMap(metrics.get).map(_.value).sum
+  }
+
+  /**
+   * Bytes a retained shuffle (from [[shuffleFrontier]]) wrote to local disk, as its map outputs
+   * report; 0 while some are missing (a lost executor), when Spark reads them as none.
+   */
+  def shuffleBytes(retained: SparkPlan): Long = SparkEnv.get.mapOutputTracker match {
+    case master: MapOutputTrackerMaster if shuffleWritten(retained) => shuffleOf(retained) match {
+      case e: ShuffleExchangeExec => scala.util.Try(master.getStatistics(e.shuffleDependency).bytesByPartitionId.sum).getOrElse(0L)
+      case _ => 0L
+    }
+    case _ => 0L
+  }
+
+  /** Whether a SQL execution failed. */
+  def executionFailed(end: SparkListenerSQLExecutionEnd): Boolean = end.executionFailure.isDefined
 
   /**
    * Lets go of a retained broadcast without destroying it: its executors' copies are removed now

@@ -14,4 +14,12 @@ object CacheTestShim {
       val rdd = cached.cachedRepresentation.cacheBuilder.cachedColumnBuffers
       rdd.id -> rdd.getNumPartitions
     }
+
+  /** The analyzed plans Spark's CacheManager holds cached relations for. */
+  def cachedPlans(session: SparkSession): Seq[LogicalPlan] = {
+    val field = classOf[org.apache.spark.sql.execution.CacheManager].getDeclaredField("cachedData")
+    field.setAccessible(true)
+    field.get(SparkShim.cacheManager(session)).asInstanceOf[scala.collection.Seq[org.apache.spark.sql.execution.CachedData]]
+      .map(_.plan).toSeq
+  }
 }

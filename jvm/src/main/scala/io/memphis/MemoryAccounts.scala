@@ -1,0 +1,59 @@
+package io.memphis
+
+import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.memphis.SparkShim
+
+/**
+ * What memphis holds in each place of the Spark application, and what it may hold there; every
+ * budget is derived from what the process has, as Spark and the JVM report it, never a fixed size.
+ * Read when asked (`memphis_stats()`, an admission, an eviction): each figure is measured then.
+ *
+ *  - executors' storage memory: cached relations and local checkpoints; `storage.fraction` of the
+ *    executors' storage memory (the driver's in local mode, where it is the executor), capped by
+ *    `storage.maxBytes`. Cached relations are evicted by score beyond it.
+ *  - the driver heap: join broadcasts memphis keeps referenced and its own entries;
+ *    `driver.heapFraction` of the driver's maximum heap. Broadcasts are let go by score beyond it,
+ *    and everything on the heap when it stays full after a collection ([[HeapPressure]]).
+ *  - local disk: the first occurrences' kept shuffles and reliable checkpoint files on this
+ *    machine; `localDisk.fraction` of the free space of Spark's local directory (with what memphis
+ *    holds there counted as free). The oldest kept shuffles go first beyond it.
+ * The Python host tier keeps its own account (`memphis.local`), in the driver's Python process.
+ */
+final class MemoryAccounts(cache: LineageCache, conf: SQLConf) {
+  lazy val storageHeld: Long = cache.heldBytes + cache.checkpoints.storageBytes
+
+  lazy val storageBudget: Long = {
+    val sc = cache.sparkContext
+    val driver = SparkShim.driverBlockManagerHostPort
+    val storage = sc.statusTracker.getExecutorInfos.toSeq
+      .filter(e => sc.isLocal || !driver.contains((e.host, e.port)))
+      .map(e => e.totalOnHeapStorageMemory + e.totalOffHeapStorageMemory).sum
+    val byFraction = (storage * MemphisConf.StorageFraction.get(conf)).toLong
+    val cap = MemphisConf.StorageMaxBytes.get(conf)
+    if (cap > 0) math.min(byFraction, cap) else byFraction
+  }
+
+  lazy val driverHeapHeld: Long = cache.broadcasts.heldBytes + cache.structureBytes
+
+  lazy val driverHeapBudget: Long = (HeapPressure.maxBytes * MemphisConf.DriverHeapFraction.get(conf)).toLong
+
+  /** What join broadcasts may take: the driver heap's budget less memphis's own structures, capped by `broadcast.joinMaxBytes`. */
+  lazy val joinBroadcastBudget: Long = {
+    val room = math.max(0L, driverHeapBudget - cache.structureBytes)
+    MemphisConf.BroadcastJoinMaxBytes.get(conf).fold(room)(math.min(_, room))
+  }
+
+  lazy val localDiskHeld: Long = cache.retainedShuffleBytes + cache.checkpoints.localFileBytes
+
+  lazy val localDiskBudget: Long = {
+    val free = SparkShim.localDirs.map(_.getUsableSpace).foldLeft(0L)(math.max)
+    ((free + localDiskHeld) * MemphisConf.LocalDiskFraction.get(conf)).toLong
+  }
+
+  /** `memphis_stats()` rows: held and budget per place. */
+  def rows: Seq[(String, Long)] = Seq(
+    "bytes_held_storage" -> storageHeld, "storage_budget_bytes" -> storageBudget,
+    "bytes_held_driver_heap" -> driverHeapHeld, "driver_heap_budget_bytes" -> driverHeapBudget,
+    "join_broadcast_budget_bytes" -> joinBroadcastBudget,
+    "bytes_held_local_disk" -> localDiskHeld, "local_disk_budget_bytes" -> localDiskBudget)
+}

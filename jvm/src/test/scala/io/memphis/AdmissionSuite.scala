@@ -1,0 +1,108 @@
+package io.memphis
+
+import io.memphis.reuse.{Admission, CacheEntry, EntryState}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
+import org.apache.spark.sql.catalyst.plans.logical.{Join, LogicalPlan}
+import org.apache.spark.sql.memphis.{CacheTestShim, SparkShim}
+import org.scalatest.funsuite.AnyFunSuite
+
+/** What memphis refuses to persist, and the entries that made a query slower. */
+class AdmissionSuite extends AnyFunSuite with LocalSessions {
+  private def views(spark: SparkSession): Unit = {
+    spark.range(0, 200000).selectExpr("id % 1000 AS k", "id AS v").createOrReplaceTempView("a")
+    spark.range(0, 20000).selectExpr("id % 1000 AS k", "id % 10 AS x").createOrReplaceTempView("b")
+    spark.range(0, 1000).selectExpr("id AS k", "id % 3 AS y").createOrReplaceTempView("c")
+  }
+
+  private def analyzed(spark: SparkSession, sql: String): LogicalPlan = spark.sql(sql).queryExecution.analyzed
+
+  private def joins(plan: LogicalPlan): Seq[Join] = plan.collect { case j: Join => j }
+
+  /** The joins without a condition that computing `plans` on their own runs (as the optimizer plans them). */
+  private def conditionless(spark: SparkSession, plans: Seq[LogicalPlan]): Seq[LogicalPlan] =
+    plans.flatMap(p => SparkShim.optimize(spark, p).collect { case j: Join if j.condition.isEmpty => j })
+
+  test("a comma join's analyzed join has no condition; the same join written with ON has one") {
+    val spark = newSession()
+    views(spark)
+    val comma = joins(analyzed(spark, "SELECT sum(v) FROM a, b WHERE a.k = b.k"))
+    assert(comma.size == 1 && Admission.isConditionlessJoin(comma.head))
+    val on = joins(analyzed(spark, "SELECT sum(v) FROM a JOIN b ON a.k = b.k"))
+    assert(on.size == 1 && !Admission.isConditionlessJoin(on.head))
+  }
+
+  test("estimates: a key join is its two sides, a semi join its left, a condition-less join their product") {
+    val spark = newSession()
+    views(spark)
+    def estimate(sql: String): BigInt = Admission.estimatedBytes(SparkShim.optimize(spark, analyzed(spark, sql)))
+    val a = estimate("SELECT k, v FROM a")
+    val b = estimate("SELECT k, x FROM b")
+    assert(a > 0 && b > 0)
+    assert(estimate("SELECT a.k, v, x FROM a JOIN b ON a.k = b.k") == a + b)
+    assert(estimate("SELECT a.k, v FROM a LEFT SEMI JOIN b ON a.k = b.k") == a)
+    assert(estimate("SELECT a.k, v, x FROM a CROSS JOIN b") == a * b)
+    // Spark's own estimate makes the key join a product too: the reason for memphis's own.
+    assert(SparkShim.optimize(spark, analyzed(spark, "SELECT a.k, v, x FROM a JOIN b ON a.k = b.k")).stats.sizeInBytes > (a + b) * 1000)
+  }
+
+  test("comma joins repeated: answers as plain Spark's, no condition-less join cached, refusals counted") {
+    val spark = newSession()
+    views(spark)
+    val queries = Seq(
+      "SELECT count(*) FROM a, b WHERE a.k = b.k AND b.x < 5",
+      "SELECT sum(v) FROM a, b WHERE a.k = b.k AND b.x > 7",
+      "SELECT sum(v), count(*) FROM a, b, c WHERE a.k = b.k AND b.k = c.k AND c.y = 1",
+      "SELECT max(v) FROM a, b, c WHERE a.k = b.k AND b.k = c.k AND c.y = 2",
+      "SELECT sum(x) FROM a CROSS JOIN b WHERE a.k = b.k AND a.v < 1000",
+      "SELECT sum(x) FROM a CROSS JOIN b WHERE a.k = b.k AND a.v < 2000",
+      "WITH j AS (SELECT a.k, v, x FROM a, b WHERE a.k = b.k) SELECT (SELECT sum(v) FROM j WHERE x = 1), (SELECT sum(v) FROM j WHERE x = 2)")
+    val on = queries.flatMap(q => Seq(spark.sql(q).collect().toSeq, spark.sql(q).collect().toSeq))
+    val stats = LineageCache.forContext(spark.sparkContext).stats
+    assert(stats.get(CacheStats.Counter.RefusedCrossJoin) > 0)
+    val cached = CacheTestShim.cachedPlans(spark)
+    assert(cached.nonEmpty && conditionless(spark, cached).isEmpty, cached)
+    spark.conf.set(MemphisConf.Enabled.key, "false")
+    val off = queries.flatMap(q => Seq(spark.sql(q).collect().toSeq, spark.sql(q).collect().toSeq))
+    assert(on == off)
+  }
+
+  test("an entry whose output is estimated beyond its share of the budget is refused, with its reason") {
+    val spark = newSession(MemphisConf.StorageMaxBytes.key -> "64k")
+    views(spark)
+    val q = "SELECT k, count(*), sum(v) FROM a GROUP BY k"
+    val on = Seq.fill(3)(spark.sql(q).collect().toSet)
+    val cache = LineageCache.forContext(spark.sparkContext)
+    assert(cache.stats.get(CacheStats.Counter.RefusedEstimatedSize) > 0)
+    assert(cache.stats.get(CacheStats.Counter.Persisted) == 0)
+    assert(cache.entryRows(_.reason).exists(_.contains("exceeds its share")), cache.entryRows(_.reason))
+    spark.conf.set(MemphisConf.Enabled.key, "false")
+    assert(on.forall(_ == spark.sql(q).collect().toSet))
+  }
+
+  test("an entry that made its query slower than without it is let go and refused from then on") {
+    val spark = newSession()
+    views(spark)
+    val q = "SELECT k, count(*) AS n FROM a GROUP BY k"
+    val cache = LineageCache.forContext(spark.sparkContext)
+    Seq.fill(2)(spark.sql(q).collect())
+    def held: Seq[CacheEntry] = cache.entryRows(identity).filter(e => EntryState.Holding.contains(e.state))
+    assert(held.size == 1)
+    val entry = held.head
+    val consumer = entry.consumers.head
+    // As the listener reports them: the query took 100 ms on its own, 5 s reading the entry.
+    cache.executionPlanned(-10, consumer, 0, Set.empty)
+    cache.executionEnded(-10, 100, failed = false)
+    cache.executionPlanned(-11, consumer, 0, Set(entry))
+    cache.executionEnded(-11, 5000, failed = false)
+    assert(cache.stats.get(CacheStats.Counter.RefusedSlower) == 1)
+    assert(entry.state == EntryState.Evicted && entry.reason.contains("not persisted again"), entry.reason)
+    val hits = cache.stats.get(CacheStats.Counter.Hits)
+    val persisted = cache.stats.get(CacheStats.Counter.Persisted)
+    val again = Seq.fill(2)(spark.sql(q).collect().toSet)
+    assert(cache.stats.get(CacheStats.Counter.Hits) == hits && cache.stats.get(CacheStats.Counter.Persisted) == persisted)
+    assert(cache.stats.get(CacheStats.Counter.RefusedSlower) >= 2)
+    spark.conf.set(MemphisConf.Enabled.key, "false")
+    assert(again.forall(_ == spark.sql(q).collect().toSet))
+  }
+}
