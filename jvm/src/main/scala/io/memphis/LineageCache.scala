@@ -109,9 +109,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
       plan: LogicalPlan): java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan] = {
     val marks = new java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan]
     // This runs for every query: one with nothing to persist and nothing held to check costs no keys.
+    relievePressure()
     val holding = synchronized(entries.values.exists(e => EntryState.Holding.contains(e.state)))
     if (!holding && !plan.exists(LineageCache.isCandidate(_, plan))) return marks
-    relievePressure()
     val planned = System.currentTimeMillis()
     val results = LineageKey.ofSubplans(plan, SparkShim.keyContext(session))
     synchronized {
@@ -255,7 +255,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /**
    * When the driver heap stays above its threshold after a collection ([[HeapPressure]]): lets go of
-   * what memphis holds on the driver heap, lowest value per byte first, until half of it is gone:
+   * what memphis holds on the driver heap, lowest value per byte first: the first, then the next
+   * while what is let go stays within half of what was held:
    * join broadcasts and, in local mode, where executors' storage is the driver heap, idle
    * materialized entries. Spark would otherwise run out of memory with them referenced.
    */
@@ -269,12 +270,11 @@ final class LineageCache private (val sparkContext: SparkContext) {
           () => release(s, e, EntryState.Evicted, Counter.PressureReleases, s"heap pressure ($state)")))))
     val total = held.map(_._2).sum
     var freed = 0L
-    held.sortBy(_._1).foreach { case (_, bytes, let) =>
-      if (freed == 0 || 2 * freed < total) {
+    held.sortBy(_._1).iterator.takeWhile { case (_, bytes, _) => freed == 0 || 2 * (freed + bytes) <= total }
+      .foreach { case (_, bytes, let) =>
         let()
         freed += bytes
       }
-    }
     if (held.isEmpty) log.debug(s"memphis: heap pressure ($state), nothing of memphis's held on the driver")
   }
 
