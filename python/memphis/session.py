@@ -161,10 +161,15 @@ def stats(spark) -> dict:
 
     Spark tier (what ``SELECT * FROM memphis_stats()`` shows): hits, misses, persisted,
     materialized, evicted, invalidated, refused, refused_other_user (another user's entry, not
-    served: ``spark.memphis.shareAcrossUsers``), bytes_held, compute_saved_ms, shuffles_retained,
-    shuffles_reused, persisted_ahead, storage_budget_bytes; for loops checkpointed,
+    served: ``spark.memphis.shareAcrossUsers``), refused_cross_join, refused_estimated_size,
+    refused_slower, pressure_releases, bytes_held, compute_saved_ms, shuffles_retained,
+    shuffles_reused, persisted_ahead; for loops checkpointed,
     checkpoints_released, checkpoint_files_deleted and persisted_speculatively; and for join broadcasts read across queries
-    broadcasts_registered, broadcasts_reused, broadcasts_released and bytes_held_join_broadcasts.
+    broadcasts_seen, broadcasts_registered, broadcasts_reused, broadcasts_released and bytes_held_join_broadcasts.
+    Per place, held and budget: bytes_held_storage and storage_budget_bytes (executors' storage),
+    bytes_held_driver_heap, driver_heap_budget_bytes and join_broadcast_budget_bytes (with
+    driver_heap_used_bytes and driver_heap_max_bytes as the JVM measures them),
+    bytes_held_local_disk and local_disk_budget_bytes, bytes_held_host and host_budget_bytes.
     Driver tiers (:mod:`memphis.local`), prefixed ``local_``: local_hits, local_partial_hits,
     local_misses, local_computed, local_evicted, local_spilled, local_reloaded, local_refused,
     local_corrupt, local_spill_failed, local_started_early, local_internal_errors, local_compute_saved_ms; and
