@@ -22,6 +22,9 @@ test-jvm: $(VENV)/.installed
 test-python: $(VENV)/.installed
 	$(PY) -m pytest -q
 
+# The TPC-H scale of the corpus `make bench` runs (benchmarks/tpch_corpus.py); its CI scale is 0.1.
+TPCH_SF ?= 1
+
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/lineage_keys.py
@@ -30,6 +33,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/run_all.py
 	$(PY) benchmarks/kmeans_loop.py
 	$(PY) benchmarks/broadcast_joins.py
+	$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory 1g --warmup --out benchmarks/results/tpch_corpus_1g.json
 
 bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --out benchmarks/results/quick

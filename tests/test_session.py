@@ -17,7 +17,10 @@ def test_extension_is_registered_with_the_session(spark):
 def test_stats_from_sql_and_python_agree(spark):
     by_sql = {r["name"]: r["value"] for r in spark.sql("SELECT * FROM memphis_stats()").collect()}
     merged = memphis.stats(spark)
-    assert {name: merged[name] for name in by_sql} == by_sql
+    # Measured figures (heap in use, free disk, what the entries take) move between two reads.
+    measured = {"driver_heap_used_bytes", "local_disk_budget_bytes", "bytes_held_driver_heap", "join_broadcast_budget_bytes"}
+    assert {name: merged[name] for name in by_sql if name not in measured} == \
+        {name: value for name, value in by_sql.items() if name not in measured}
     assert {"hits", "misses", "persisted", "materialized", "evicted", "invalidated", "bytes_held",
             "compute_saved_ms", "storage_budget_bytes"} <= set(by_sql)
     assert by_sql["storage_budget_bytes"] > 0
@@ -27,7 +30,8 @@ def test_stats_from_sql_and_python_agree(spark):
                                                   "started_early", "internal_errors", "compute_saved_ms")} | \
         {"local_" + name for name in memphis.gpu.GPU_COUNTERS if name != "bytes_held_gpu"} | \
         {"local_" + name for name in broadcasts.COUNTERS if name != "bytes_held_broadcast"} | \
-        {"bytes_held_host", "bytes_held_disk", "bytes_held_gpu", "bytes_held_broadcast"}
+        {"bytes_held_host", "bytes_held_disk", "bytes_held_gpu", "bytes_held_broadcast", "host_budget_bytes",
+         "disk_budget_bytes"}
 
 
 def test_entries_and_clear_cover_every_tier(spark, local_tier):

@@ -178,7 +178,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
     // A due subplan inside another one is persisted only when it recurred more often than that one
     // (it is shared beyond it): otherwise the outer one serves every query that needs it. Refused
     // ones ([[Admission]]) are out before: they serve no one.
-    val chosen = due.filter { case (subplan, e) => admits(session, subplan, e) }.foldLeft(List.empty[(LogicalPlan, CacheEntry)]) { case (picked, (subplan, e)) =>
+    val admitted = due.filter { case (subplan, e) => admits(session, subplan, e) }
+    val chosen = admitted.foldLeft(List.empty[(LogicalPlan, CacheEntry)]) { case (picked, (subplan, e)) =>
       val outer = picked.filter(_._1.exists(_ eq subplan)).map(_._2.occurrences)
       if (outer.forall(e.occurrences > _)) (subplan, e) :: picked else picked
     }
@@ -406,8 +407,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
       while (retaining.size > bound) dropShuffles(retaining.head)
       decide(Counter.ShufflesRetained, s"retain ${shuffles.size} shuffle(s) of the first occurrence of ${e.key.hash}")
       // Bytes on local disk are known once the shuffles are written: the older ones already are.
-      val disk = budgets(SQLConf.get)
-      while (retaining.size > 1 && disk.localDiskHeld > disk.localDiskBudget) dropShuffles(retaining.head)
+      def overDisk = { val disk = budgets(SQLConf.get); disk.localDiskHeld > disk.localDiskBudget }
+      while (retaining.size > 1 && overDisk) dropShuffles(retaining.head)
     }
   }
 

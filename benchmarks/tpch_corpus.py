@@ -1,0 +1,585 @@
+"""TPC-H's 22 queries on DuckDB-generated data: memphis off, then on, then on again, in one fresh JVM.
+
+    python benchmarks/tpch_corpus.py --sf 0.1 --driver-memory 1g --out /tmp/tpch_corpus.json
+
+The 8 tables come from DuckDB's dbgen (the duckdb-extension-tpch package carries the extension, loaded
+by path: nothing is downloaded) as Parquet under build/tpch/sf<SF>, generated once per scale and then
+reused. The queries are DuckDB's ``tpch_queries()`` with their LIMITs dropped, so that every answer can
+be compared as a multiset; the comma joins stay as TPC-H writes them. The 22 queries run in order with
+memphis off, then with memphis on from empty caches, then again with memphis on (the re-run, where
+memphis can serve what it kept); with --warmup after an untimed pass with memphis off, so that the
+off pass does not pay for the JIT's warm-up. Each on-answer must equal the off-answer. While queries
+run a background thread samples the JVM heap and memphis' counters every 0.2 s: the peak heap (used,
+and after GC) per phase, and at every sample each place memphis holds data (executors' storage,
+driver heap, local disk, Python host tier) against its budget, where the counters name both; each
+phase ends with a full GC and a read of the heap it left live. A
+failing query (an OutOfMemoryError, a timeout: --timeout) is recorded, not raised; once Spark is down
+(its JVM dead or hung, its SparkContext stopped) the run stops and reports.
+
+Progress goes to stderr, a summary table too; the report is the last line of stdout and, with --out,
+that file (and a .md of the table next to it). Exit status 1 when a query failed or answered
+differently, the report written all the same.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA_ROOT = os.path.join(REPO, "build", "tpch")
+TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
+# The queries of DuckDB's text that end in a LIMIT (and what it is): cut, as ties at the limit would
+# make two correct plans' answers differ.
+LIMITS = {2: 100, 3: 10, 10: 20, 18: 100, 21: 100}
+PHASES = ("off", "on", "rerun")
+# Where memphis holds data: (held key, budget key) of memphis.stats. A key the running jar does not
+# report leaves the place unchecked.
+PLACES = {
+    "storage": ("bytes_held_storage", "storage_budget_bytes"),
+    "driver_heap": ("bytes_held_driver_heap", "driver_heap_budget_bytes"),
+    "local_disk": ("bytes_held_local_disk", "local_disk_budget_bytes"),
+    "host": ("bytes_held_host", "host_budget_bytes"),
+}
+COUNTERS = ("persisted", "hits", "refused", "refused_cross_join", "refused_estimated_size", "refused_slower",
+            "pressure_releases", "broadcasts_registered", "broadcasts_reused")
+SAMPLE_EVERY_S = 0.2
+# A run with memphis on is slow past SLOW_FACTOR × its off-time + SLOW_SLACK_S: generous, for the blowups
+# (90 s against 1.8 s) and not for a shared machine's noise.
+SLOW_FACTOR, SLOW_SLACK_S = 2.0, 5.0
+# After a timeout's cancel, how long the query and its tasks may take to stop before Spark counts as hung:
+# a cancelled job fails at once, but its tasks run on until they next check for the kill, and would
+# take the cores of the queries after it.
+HANG_GRACE_S = 60
+HUNG = f"the query or its tasks did not stop within {HANG_GRACE_S} s of its jobs' cancel"
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- data and queries -----------------------------------------------------------------------------
+
+def duckdb_with_tpch():
+    """An in-memory DuckDB connection with the tpch extension of the duckdb-extension-tpch package,
+    loaded from its file: DuckDB is told never to install or load an extension by itself (offline)."""
+    import duckdb
+    import duckdb_extension_tpch
+
+    found = glob.glob(os.path.join(os.path.dirname(duckdb_extension_tpch.__file__), "extensions", "*",
+                                   "tpch.duckdb_extension"))
+    if len(found) != 1:
+        raise RuntimeError(f"expected one tpch.duckdb_extension in the duckdb-extension-tpch package, found {found}")
+    connection = duckdb.connect(config={"autoinstall_known_extensions": "false",
+                                        "autoload_known_extensions": "false"})
+    connection.execute(f"LOAD '{found[0]}'")
+    return connection
+
+
+def data_dir(sf: float, root: str = DATA_ROOT) -> str:
+    return os.path.join(root, f"sf{sf:g}")
+
+
+def generate(sf: float, root: str = DATA_ROOT) -> str:
+    """The directory of the 8 tables at scale ``sf``, one ``<table>.parquet`` each, generated unless there.
+
+    Written under a temporary name and renamed when complete, so a generation cut short is never
+    taken for data; of two processes generating at once, the first rename wins.
+    """
+    target = data_dir(sf, root)
+    if os.path.isdir(target):
+        return target
+    os.makedirs(root, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}-", dir=root)
+    try:
+        started = time.perf_counter()
+        connection = duckdb_with_tpch()
+        connection.execute(f"CALL dbgen(sf={sf})")
+        for table in TABLES:
+            connection.execute(f"COPY {table} TO '{os.path.join(partial, table + '.parquet')}' (FORMAT parquet)")
+        connection.close()
+        os.rename(partial, target)
+        log(f"tpch: generated sf {sf:g} in {time.perf_counter() - started:.1f} s: {target}")
+    except OSError:
+        if not os.path.isdir(target):
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+def spark_sql(number: int, text: str) -> str:
+    """DuckDB's text of TPC-H query ``number`` as Spark SQL: no trailing ``;``, no final LIMIT.
+
+    DuckDB writes the queries in standard SQL that Spark parses as it is (``CAST('…' AS date)``,
+    ``extract(year FROM …)``, ``substring(… FROM 1 FOR 2)``, ``AS c_orders (c_custkey, c_count)``).
+    """
+    text = text.strip().rstrip(";").rstrip()
+    text, cut = re.subn(r"\s+LIMIT\s+\d+$", "", text, flags=re.IGNORECASE)
+    if bool(cut) != (number in LIMITS):
+        raise ValueError(f"TPC-H Q{number}: expected {'a' if number in LIMITS else 'no'} final LIMIT in DuckDB's text")
+    return text
+
+
+def queries() -> dict:
+    """``{number: Spark SQL}`` of the 22 TPC-H queries, from DuckDB's ``tpch_queries()``."""
+    connection = duckdb_with_tpch()
+    rows = connection.execute("SELECT query_nr, query FROM tpch_queries() ORDER BY query_nr").fetchall()
+    connection.close()
+    if [n for n, _ in rows] != list(range(1, 23)):
+        raise ValueError(f"tpch_queries() returned queries {[n for n, _ in rows]}, expected 1..22")
+    return {n: spark_sql(n, text) for n, text in rows}
+
+
+# --- answers --------------------------------------------------------------------------------------
+
+def sort_key(row):
+    """Orders rows for a multiset comparison: None first, floats by their first digits only (the last
+    bits of a double sum depend on the plan's order of addition)."""
+    return tuple((v is not None, float(f"{v:.6g}") if isinstance(v, float) else v) for v in row)
+
+
+def same_value(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return type(a) is type(b) and a == b  # decimals, dates, strings, integers: exactly
+
+
+def difference(expected, actual):
+    """None when two lists of rows are equal as multisets (floats to 1e-9 relative), else what differs."""
+    if len(expected) != len(actual):
+        return f"{len(actual)} rows, expected {len(expected)}"
+    for i, (e, a) in enumerate(zip(sorted(expected, key=sort_key), sorted(actual, key=sort_key))):
+        if len(e) != len(a) or not all(same_value(x, y) for x, y in zip(e, a)):
+            return f"row {i} of the sorted answer: {tuple(a)!r}, expected {tuple(e)!r}"
+    return None
+
+
+def rows_of(dataframe):
+    return [tuple(row) for row in dataframe.collect()]
+
+
+# --- the JVM --------------------------------------------------------------------------------------
+
+def byte_size(text: str) -> int:
+    """``"640m"`` -> bytes, as Spark reads ``spark.driver.memory`` (a bare number is MiB)."""
+    match = re.fullmatch(r"(\d+)([kmgt]?)b?", text.strip().lower())
+    if not match:
+        raise ValueError(f"not a memory size: {text!r}")
+    return int(match.group(1)) << {"k": 10, "": 20, "m": 20, "g": 30, "t": 40}[match.group(2)]
+
+
+def jvm_heap_used(spark) -> int:
+    return spark._jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed()
+
+
+def heap_after_full_gc(spark) -> int:
+    """The heap in use right after a full collection (System.gc()): what the JVM holds live now."""
+    spark._jvm.System.gc()
+    return jvm_heap_used(spark)
+
+
+def heap_pools(spark) -> list:
+    """The JVM's heap memory pools (G1: eden, survivor, old gen)."""
+    pools = spark._jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+    return [pool for pool in pools if pool.getType().name() == "HEAP"]
+
+
+def heap_after_gc(pools) -> int:
+    """The heap in use after each pool's latest collection: what is live, where the heap used counts
+    garbage too (G1 lets the heap fill before it collects, so its peak is near -Xmx whatever is live)."""
+    return sum(pool.getCollectionUsage().getUsed() for pool in pools)
+
+
+def within(seconds: float, call):
+    """``call()``'s result, or None when it raises or gives no answer within ``seconds``: a py4j call to a
+    JVM busy collecting garbage may never return, and must not take the caller with it."""
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(call)
+    pool.shutdown(wait=False)  # not waiting for a call that never returns
+    try:
+        return future.result(timeout=seconds)
+    except Exception:  # noqa: BLE001 - no answer in time, or any py4j failure: no result
+        return None
+
+
+def running_tasks(spark) -> int:
+    """Tasks running on the executors (in local mode, the driver's), killed ones until they stop."""
+    infos = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()
+    return sum(info.numRunningTasks() for info in infos)
+
+
+def idle_within(spark, seconds: float) -> bool:
+    """Whether no task runs, waiting up to ``seconds`` for that."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        if within(10, lambda: running_tasks(spark)) == 0:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def spark_down(spark):
+    """None while Spark can run queries, else why not: its SparkContext stopped (Spark stops it after an
+    OutOfMemoryError), or its JVM does not answer (a dead one refuses, a hung one never answers)."""
+    stopped = within(10, lambda: spark.sparkContext._jsc.sc().isStopped())
+    return None if stopped is False else "its SparkContext stopped" if stopped else "its JVM died or does not answer"
+
+
+def error_text(error: BaseException) -> str:
+    """The first lines of an error (a Java one's class and message, not its stack trace)."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip() and not line.startswith("\tat ")]
+    return f"{type(error).__name__}: " + " | ".join(lines[:4])[:1500]
+
+
+class Sampler:
+    """Samples the JVM heap and memphis.stats every ``SAMPLE_EVERY_S`` on a thread of its own (py4j
+    serves each Python thread on its own connection): peak heap (used, and after GC) per phase and per
+    query, and every place's bytes held against its budget."""
+
+    def __init__(self, spark):
+        import memphis
+
+        self.spark, self.stats = spark, memphis.stats
+        self.where = None  # (phase, query) now running; None between queries and phases
+        self.peaks = {}  # phase -> {"used": peak heap bytes, "after_gc": peak heap bytes after GC}
+        self.query_peak = 0  # peak heap used of the query now running
+        self.samples = 0
+        self.error = None
+        self.places = {name: {"held_key": held, "budget_key": budget, "checked": False, "samples": 0,
+                              "exceeded": 0, "max_held": 0, "first_exceeded": None}
+                       for name, (held, budget) in PLACES.items()}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tpch-sampler", daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self):
+        pools = None
+        while not self._stop.wait(SAMPLE_EVERY_S):
+            where = self.where
+            if where is None:
+                continue
+            try:
+                pools = pools or heap_pools(self.spark)
+                heap, live = jvm_heap_used(self.spark), heap_after_gc(pools)
+                counters = self.stats(self.spark)
+            except Exception as e:  # noqa: BLE001 - the JVM died or stopped: the main thread reports it
+                self.error = error_text(e)
+                return
+            self.samples += 1
+            phase, query = where
+            peak = self.peaks.setdefault(phase, {"used": 0, "after_gc": 0})
+            peak["used"], peak["after_gc"] = max(peak["used"], heap), max(peak["after_gc"], live)
+            self.query_peak = max(self.query_peak, heap)
+            for place in self.places.values():
+                if place["held_key"] not in counters or place["budget_key"] not in counters:
+                    continue
+                held, budget = counters[place["held_key"]], counters[place["budget_key"]]
+                place["checked"] = True
+                place["samples"] += 1
+                place["max_held"] = max(place["max_held"], held)
+                if held > budget:
+                    place["exceeded"] += 1
+                    if place["first_exceeded"] is None:
+                        place["first_exceeded"] = {"phase": phase, "query": query, "held": held, "budget": budget}
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+def run_query(spark, number, text, phase):
+    """Runs one query in its own job group (so that a timeout can cancel its jobs): (seconds, rows)."""
+    sc = spark.sparkContext
+    group = f"tpch-{phase}-q{number}"
+    sc.setJobGroup(group, f"TPC-H Q{number} ({phase})", interruptOnCancel=True)
+    try:
+        started = time.perf_counter()
+        rows = rows_of(spark.sql(text))
+        return time.perf_counter() - started, rows
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2]", timeout_s=120.0,
+               deadline_s=None, warmup=False, root=DATA_ROOT) -> dict:
+    """Generates (or reuses) the data, starts memphis' session in this process and runs the three phases,
+    after a warm-up pass (memphis off, its answers unused) if ``warmup``.
+
+    Must be the first Spark session of the process: ``spark.driver.memory`` applies only to a JVM
+    that starts now. Returns the report (see the module's doc); never raises for a query's failure.
+    """
+    import memphis
+    from pyspark import SparkContext
+
+    from memphis.bench import environment
+
+    if SparkContext._gateway is not None:
+        raise RuntimeError("a JVM already runs in this process: spark.driver.memory would not apply")
+    started = time.perf_counter()
+    directory = generate(sf, root)
+    generate_s = time.perf_counter() - started
+    texts = queries()
+
+    spark = memphis.session(master, app_name="memphis-tpch-corpus", **{
+        "spark.driver.memory": driver_memory,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # its bars would interleave with the progress lines
+        "spark.driver.host": "127.0.0.1",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+    })
+    spark.sparkContext.setLogLevel("ERROR")
+    max_heap = spark._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    # The JVM reserves some of -Xmx (a survivor space), so its max heap reads a little below it.
+    if not 0.75 * byte_size(driver_memory) <= max_heap <= 1.05 * byte_size(driver_memory):
+        raise RuntimeError(f"the JVM's max heap is {max_heap} bytes, not spark.driver.memory={driver_memory}")
+    waited = time.time() + 30  # the block manager reports its memory shortly after start
+    while memphis.stats(spark)["storage_budget_bytes"] == 0 and time.time() < waited:
+        time.sleep(0.1)
+    for table in TABLES:
+        spark.read.parquet(os.path.join(directory, f"{table}.parquet")).createOrReplaceTempView(table)
+
+    report = {"sf": sf, "driver_memory": driver_memory, "max_heap_bytes": max_heap, "master": master,
+              "shuffle_partitions": shuffle_partitions, "timeout_s": timeout_s, "warmup": warmup,
+              "data_dir": directory,
+              "generate_s": round(generate_s, 3), "environment": environment(spark),
+              "runs": [], "phases": {}, "stopped": None}
+    answers = {}  # query -> off-answer
+    sampler = Sampler(spark).start()
+    worker = ThreadPoolExecutor(1, thread_name_prefix="tpch-query")  # one thread, so one py4j connection
+    down = None  # why Spark can run no more queries, once it cannot
+    deadline = None if deadline_s is None else started + deadline_s
+    try:
+        for phase in ("warmup",) * warmup + PHASES:
+            spark.conf.set("spark.memphis.enabled", "true" if phase in ("on", "rerun") else "false")
+            if phase == "on":
+                memphis.clear(spark)
+                spark.catalog.clearCache()
+            phase_started = time.perf_counter()
+            for number, text in texts.items():
+                if deadline is not None and time.perf_counter() > deadline:
+                    report["stopped"] = f"the deadline of {deadline_s:g} s passed before Q{number} ({phase})"
+                    break
+                record, down = run_one(spark, worker, sampler, number, text, phase, timeout_s)
+                if phase == "warmup":
+                    record.pop("answer", None)
+                elif phase == "off" and record["ok"]:
+                    answers[number] = record.pop("answer")
+                elif record["ok"]:
+                    record["mismatch"] = (difference(answers[number], record.pop("answer"))
+                                          if number in answers else "no off-answer to compare with")
+                report["runs"].append(record)
+                log(progress_line(record))
+                if down:
+                    report["stopped"] = (f"Spark is down after Q{number} ({phase}): {down}; "
+                                         f"Q{number}: {record['error']}")
+                    break
+            peaks = sampler.peaks.get(phase, {})
+            report["phases"][phase] = {
+                "seconds": round(time.perf_counter() - phase_started, 3),
+                "peak_heap_bytes": peaks.get("used"), "peak_heap_after_gc_bytes": peaks.get("after_gc"),
+                # what the phase left live: memphis' entries, Spark's broadcasts
+                "heap_after_full_gc_bytes": None if down else within(60, lambda: heap_after_full_gc(spark)),
+                # cumulative, as read at the phase's end
+                "counters": phase_counters(None if down else within(30, lambda: memphis.stats(spark)))}
+            if report["stopped"]:
+                break
+    finally:
+        sampler.stop()
+    report.update(samples=sampler.samples, sampler_error=sampler.error, budgets=sampler.places,
+                  unchecked_places=[name for name, place in sampler.places.items() if not place["checked"]],
+                  hung=down == HUNG, stats=None if down else within(30, lambda: memphis.stats(spark)))
+    report["counters"] = phase_counters(report["stats"])
+    report["problems"], report["warnings"] = problems(report), warnings(report)
+    if down != HUNG:  # a hung query's thread never returns: the caller exits the process instead
+        worker.shutdown()
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 - a dead JVM cannot be stopped, and need not be
+            pass
+    return report
+
+
+def run_one(spark, worker, sampler, number, text, phase, timeout_s):
+    """Runs Q``number`` on ``worker`` with a timeout: (its record, None or why Spark can run no more queries)."""
+    sampler.query_peak = 0
+    sampler.where = (phase, number)
+    record = {"query": number, "phase": phase, "ok": False, "seconds": None, "rows": None, "error": None}
+    started = time.perf_counter()
+    future = worker.submit(run_query, spark, number, text, phase)
+    down = None
+    try:
+        try:
+            seconds, rows = future.result(timeout=timeout_s)
+        except FutureTimeout:
+            within(10, lambda: spark.sparkContext.cancelJobGroup(f"tpch-{phase}-q{number}"))
+            grace = time.perf_counter() + HANG_GRACE_S
+            try:
+                future.result(timeout=HANG_GRACE_S)
+            except FutureTimeout:
+                pass
+            except Exception:  # noqa: BLE001 - the cancelled query's error: the timeout is the news
+                pass
+            if not future.done() or not idle_within(spark, grace - time.perf_counter()):
+                down = HUNG
+            raise TimeoutError(f"timed out after {timeout_s:g} s (its jobs cancelled)") from None
+        record.update(ok=True, seconds=round(seconds, 3), rows=len(rows), answer=rows)
+    except Exception as e:  # noqa: BLE001 - an OutOfMemoryError, a timeout, a dead JVM: recorded
+        record.update(seconds=round(time.perf_counter() - started, 3), error=error_text(e))
+        down = down or spark_down(spark)
+    finally:
+        sampler.where = None
+        record["peak_heap_bytes"] = sampler.query_peak or None
+    return record, down
+
+
+def phase_counters(stats):
+    """The counters of interest in a read of memphis.stats (None for one this jar does not report), or None."""
+    return None if stats is None else {name: stats.get(name) for name in COUNTERS}
+
+
+def progress_line(record) -> str:
+    head = f"tpch [{record['phase']:>5}] Q{record['query']:02d} {record['seconds'] or 0:8.2f} s"
+    if not record["ok"]:
+        return f"{head}  FAILED: {record['error']}"
+    if record.get("mismatch"):
+        return f"{head}  WRONG ANSWER: {record['mismatch']}"
+    return f"{head}  {record['rows']} rows"
+
+
+def slow_runs(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLACK_S) -> list:
+    """Runs with memphis on (first pass or re-run) slower than ``factor`` × the query's off-time + ``slack_s``."""
+    off = {r["query"]: r["seconds"] for r in report["runs"] if r["phase"] == "off" and r["ok"]}
+    return [r for r in report["runs"] if r["phase"] in ("on", "rerun") and r["ok"] and r["query"] in off
+            and r["seconds"] > factor * off[r["query"]] + slack_s]
+
+
+def problems(report) -> list:
+    """Every way the run fell short, one line each: failures, wrong answers, budgets exceeded, queries not run."""
+    found = []
+    if report["stopped"]:
+        found.append(f"stopped: {report['stopped']}")
+    for r in report["runs"]:
+        if r["phase"] == "warmup":
+            continue  # not measured: see warnings()
+        if not r["ok"]:
+            found.append(f"Q{r['query']} ({r['phase']}) failed after {r['seconds']} s: {r['error']}")
+        elif r.get("mismatch"):
+            found.append(f"Q{r['query']} ({r['phase']}) answered differently from memphis off: {r['mismatch']}")
+    answered = {(r["query"], r["phase"]) for r in report["runs"]}
+    missing = {p: [f"Q{n}" for n in range(1, 23) if (n, p) not in answered] for p in PHASES}
+    if any(missing.values()):
+        found.append("not run: " + "; ".join(f"{p}: {'all' if len(queries) == 22 else ', '.join(queries)}"
+                                             for p, queries in missing.items() if queries))
+    for name, place in report.get("budgets", {}).items():
+        if place["exceeded"]:
+            first = place["first_exceeded"]
+            found.append(f"{name}: {place['held_key']} above {place['budget_key']} in {place['exceeded']} of "
+                         f"{place['samples']} samples, first in Q{first['query']} ({first['phase']}): "
+                         f"{first['held']} > {first['budget']}")
+    return found
+
+
+def warnings(report) -> list:
+    """The warm-up's failures: not measured, so not problems, but plain Spark failing for want of memory is news."""
+    return [f"warm-up: Q{r['query']} failed after {r['seconds']} s: {r['error']}"
+            for r in report["runs"] if r["phase"] == "warmup" and not r["ok"]]
+
+
+def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLACK_S) -> str:
+    """Markdown: one row per query with its seconds per phase (SLOW: see :func:`slow_runs`), on/off,
+    re-run/off; totals; heap; budgets; counters; warnings and problems."""
+    by = {(r["query"], r["phase"]): r for r in report["runs"]}
+    slow = {(r["query"], r["phase"]) for r in slow_runs(report, factor, slack_s)}
+
+    def cell(query, phase):
+        r = by.get((query, phase))
+        if r is None:
+            return "-"
+        if not r["ok"]:
+            return f"FAILED {r['seconds']:.1f}"
+        mark = " WRONG" if r.get("mismatch") else " SLOW" if (query, phase) in slow else ""
+        return f"{r['seconds']:.2f}{mark}"
+
+    def ratio(query, phase):
+        r, off = by.get((query, phase)), by.get((query, "off"))
+        ok = r and off and r["ok"] and off["ok"] and off["seconds"] > 0
+        return f"{r['seconds'] / off['seconds']:.2f}" if ok else ""
+
+    lines = [f"TPC-H sf {report['sf']:g}, driver memory {report['driver_memory']} (max heap "
+             f"{report['max_heap_bytes'] / 2**20:.0f} MiB), {report['master']}, "
+             f"{report['shuffle_partitions']} shuffle partitions; " +
+             ("after an untimed warm-up pass" if report["warmup"] else
+              "no warm-up: the off pass, first, runs in a cold JVM (JIT), so its times read high"), "",
+             "| query | off s | on s | re-run s | on/off | re-run/off | rows |", "|---|---|---|---|---|---|---|"]
+    for n in range(1, 23):
+        rows = next((by[(n, p)]["rows"] for p in PHASES if (n, p) in by and by[(n, p)]["ok"]), "")
+        lines.append(f"| Q{n} | {cell(n, 'off')} | {cell(n, 'on')} | {cell(n, 'rerun')} | {ratio(n, 'on')} | "
+                     f"{ratio(n, 'rerun')} | {rows} |")
+    totals = [sum(r["seconds"] or 0 for r in report["runs"] if r["phase"] == p) for p in PHASES]
+    shares = [f"{t / totals[0]:.2f}" if totals[0] else "" for t in totals[1:]]
+    lines.append(f"| all | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} | {shares[0]} | {shares[1]} | |")
+
+    def mib(phase, key):
+        return f"{((report['phases'].get(phase) or {}).get(key) or 0) / 2**20:.0f}"
+
+    lines += ["", "heap MiB, peak used / peak after GC / after a full GC at the phase's end: " + ", ".join(
+        f"{p} {mib(p, 'peak_heap_bytes')} / {mib(p, 'peak_heap_after_gc_bytes')} / {mib(p, 'heap_after_full_gc_bytes')}"
+        for p in PHASES)]
+    checked = [n for n, place in report.get("budgets", {}).items() if place["checked"]]
+    lines.append(f"budgets checked at {report.get('samples', 0)} samples: {', '.join(checked) or 'none'}; "
+                 f"unchecked (keys not reported): {', '.join(report.get('unchecked_places', [])) or 'none'}")
+    lines.append(f"counters: {json.dumps(report.get('counters'))}")
+    lines += [f"warning: {w}" for w in report.get("warnings", [])]
+    lines += [f"problem: {p}" for p in report["problems"]] or ["no problems"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
+    parser.add_argument("--driver-memory", default="1g", help="spark.driver.memory of the JVM started here")
+    parser.add_argument("--shuffle-partitions", type=int, default=4)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a query may run before it is cancelled")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="seconds for the whole run: queries not started by then are reported as not run")
+    parser.add_argument("--warmup", action="store_true",
+                        help="run the queries once more first, memphis off and untimed, "
+                             "so that no pass pays for the JIT's warm-up")
+    parser.add_argument("--data-dir", default=DATA_ROOT, help="where the generated tables are kept, per scale")
+    parser.add_argument("--out", help="write the report (JSON) here, and the summary table next to it (.md)")
+    args = parser.parse_args(argv)
+
+    report = run_corpus(args.sf, args.driver_memory, args.shuffle_partitions, args.master, args.timeout,
+                        args.deadline, args.warmup, args.data_dir)
+    table = summary_table(report)
+    log(table)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2, default=str)
+        with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+            f.write(table)
+    print(json.dumps(report, default=str), flush=True)
+    status = 1 if report["problems"] else 0
+    if report["hung"]:
+        sys.stderr.flush()
+        os._exit(status)  # the stuck query's thread would keep the interpreter from exiting
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

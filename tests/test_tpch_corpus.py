@@ -1,0 +1,50 @@
+"""TPC-H's 22 queries with memphis off, on and on again (benchmarks/tpch_corpus.py), in a fresh JVM of
+1g and one of 640m driver heap: every query answered in every phase, the same answers with memphis on
+as off, no place memphis holds data above its budget at any sample, none much slower with memphis on."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
+sys.path.insert(0, BENCHMARKS)
+import tpch_corpus  # noqa: E402
+
+SF = 0.1
+# Off, the slowest query takes about 12 s here (Q1, the first, in a cold JVM; the others under 6 s):
+# a query past 45 s is a blowup, and cancelling it there keeps a bad jar's run within minutes.
+QUERY_TIMEOUT_S = 45
+RUN_DEADLINE_S = 600
+# Generous, so that a shared 2-core machine's noise never fails it (a 1 s query read 5.4 s once, under
+# another test run's load): it catches the blowups this corpus is for, 90 s against 1.8 s, not small regressions.
+SLOWER_FACTOR, SLOWER_SLACK_S = 2.0, 5.0
+
+
+@pytest.fixture(scope="module")
+def tpch_data():
+    """The generated tables at SF (cached under build/tpch), so that no run's time includes dbgen's."""
+    return tpch_corpus.generate(SF)
+
+
+def run_corpus(driver_memory, out):
+    """The corpus in a fresh interpreter, so in a JVM that starts with ``driver_memory``: its report."""
+    command = [sys.executable, os.path.join(BENCHMARKS, "tpch_corpus.py"), "--sf", str(SF),
+               "--driver-memory", driver_memory, "--timeout", str(QUERY_TIMEOUT_S),
+               "--deadline", str(RUN_DEADLINE_S), "--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_DEADLINE_S + 300)
+    assert out.exists(), f"no report (exit status {result.returncode}):\n{result.stderr[-5000:]}"
+    with open(out) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("driver_memory", ["1g", "640m"])
+def test_every_query_answers_the_same_within_budget_and_time(tpch_data, driver_memory, tmp_path):
+    report = run_corpus(driver_memory, tmp_path / "tpch_corpus.json")
+    off = {r["query"]: r["seconds"] for r in report["runs"] if r["phase"] == "off" and r["ok"]}
+    slow = [f"Q{r['query']} ({r['phase']}) took {r['seconds']:.2f} s with memphis on, {off[r['query']]:.2f} s off"
+            for r in tpch_corpus.slow_runs(report, SLOWER_FACTOR, SLOWER_SLACK_S)]
+    problems = report["problems"] + slow
+    table = tpch_corpus.summary_table(report, SLOWER_FACTOR, SLOWER_SLACK_S)
+    assert not problems, "\n".join(problems) + "\n\n" + table
