@@ -83,8 +83,16 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** Bytes memphis holds in cached relations now: derived from the entries, so it cannot drift. */
   def heldBytes: Long = synchronized(entries.values.filter(e => EntryState.Holding.contains(e.state)).map(_.sizeBytes).sum)
 
-  /** Bytes of memphis's own structures on the driver heap: its entries and their keys, approximately. */
-  def structureBytes: Long = synchronized(entries.values.map(e => LineageCache.EntryBytes + 2L * e.key.canonicalChars).sum)
+  /**
+   * Bytes of memphis's own structures on the driver heap: its entries and their keys, approximately.
+   * Kept as a running sum, read without the lock: the broadcast rule reads it while Spark plans a
+   * cached relation under that relation's own lock, which an uncache under this lock also takes.
+   */
+  def structureBytes: Long = structures.get
+
+  private val structures = new java.util.concurrent.atomic.AtomicLong
+
+  private def structureBytes(e: CacheEntry): Long = LineageCache.EntryBytes + 2L * e.key.canonicalChars
 
   /** Bytes the first occurrences' kept shuffles take on local disk. */
   def retainedShuffleBytes: Long = synchronized(retaining.toSeq).flatMap(_.firstShuffles).map(SparkShim.shuffleBytes).sum
@@ -209,7 +217,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
    */
   private def admits(session: SparkSession, subplan: LogicalPlan, e: CacheEntry): Boolean = {
     if (synchronized(e.refusal.isEmpty && e.estimatedBytes.isEmpty)) {
-      val verdict = Admission.verdict(session, subplan, storageBudgetBytes(SparkShim.sqlConf(session)))
+      val verdict = Admission.verdict(session, subplan, budgets(SparkShim.sqlConf(session)).storageShare)
       synchronized(verdict.fold(r => e.refusal = Some(r), bytes => e.estimatedBytes = Some(bytes)))
     }
     synchronized(e.refusal).forall { case (counter, why) =>
@@ -382,11 +390,13 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private def remember(key: LineageKey, user: String, now: Long): CacheEntry = {
     val e = new CacheEntry(scoped(key.hash, user), key, user, now)
     entries(e.id) = e
+    structures.addAndGet(structureBytes(e))
     val remembered = entries.values.filterNot(e => EntryState.Holding.contains(e.state))
     if (remembered.size > LineageCache.MaxRemembered) {
       val oldest = remembered.minBy(_.lastAccess)
       dropShuffles(oldest)
       entries.remove(oldest.id)
+      structures.addAndGet(-structureBytes(oldest))
     }
     e
   }
@@ -518,6 +528,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     releaseAll(session, "cleared")
     entries.values.foreach(dropShuffles)
     entries.clear()
+    structures.set(0)
     recentAggregates.clear()
     running.clear()
     plainMs.clear()

@@ -22,15 +22,24 @@ import org.apache.spark.sql.memphis.SparkShim
 final class MemoryAccounts(cache: LineageCache, conf: SQLConf) {
   lazy val storageHeld: Long = cache.heldBytes + cache.checkpoints.storageBytes
 
-  lazy val storageBudget: Long = {
+  /**
+   * `storage.fraction` of the executors' storage memory: what admission measures estimates against.
+   * Estimates come from file and row statistics and overshoot the compressed cache many times, so
+   * they are held to the storage memory itself; an explicit `storage.maxBytes` bounds what is
+   * stored, measured, by eviction.
+   */
+  lazy val storageShare: Long = {
     val sc = cache.sparkContext
     val driver = SparkShim.driverBlockManagerHostPort
     val storage = sc.statusTracker.getExecutorInfos.toSeq
       .filter(e => sc.isLocal || !driver.contains((e.host, e.port)))
       .map(e => e.totalOnHeapStorageMemory + e.totalOffHeapStorageMemory).sum
-    val byFraction = (storage * MemphisConf.StorageFraction.get(conf)).toLong
+    (storage * MemphisConf.StorageFraction.get(conf)).toLong
+  }
+
+  lazy val storageBudget: Long = {
     val cap = MemphisConf.StorageMaxBytes.get(conf)
-    if (cap > 0) math.min(byFraction, cap) else byFraction
+    if (cap > 0) math.min(storageShare, cap) else storageShare
   }
 
   lazy val driverHeapHeld: Long = cache.broadcasts.heldBytes + cache.structureBytes

@@ -67,8 +67,8 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
     assert(on == off)
   }
 
-  test("an entry whose output is estimated beyond its share of the budget is refused, with its reason") {
-    val spark = newSession(MemphisConf.StorageMaxBytes.key -> "64k")
+  test("an entry whose output is estimated beyond its share of the storage memory is refused, with its reason") {
+    val spark = newSession(MemphisConf.StorageFraction.key -> "0.0001")
     views(spark)
     val q = "SELECT k, count(*), sum(v) FROM a GROUP BY k"
     val on = Seq.fill(3)(spark.sql(q).collect().toSet)

@@ -20,11 +20,12 @@ import org.apache.spark.sql.memphis.SparkShim
  *    the optimizer moves them into the join, so the query never computes the join as written, but
  *    the subplan alone is a Cartesian product;
  *  - a subplan whose output, estimated on its optimized form, is larger than its share of the
- *    budget ([[Admission.MaxShare]]): it would fill storage for one entry and evict everything else.
+ *    storage memory memphis may use ([[Admission.MaxShare]] of `storage.fraction` of it): it would
+ *    fill storage for one entry and evict everything else.
  * An estimate that cannot be made refuses too: unknown means recompute.
  */
 object Admission {
-  /** The most of the storage budget one entry may be expected to take. */
+  /** The most of the storage memory memphis may use that one entry may be expected to take. */
   val MaxShare = 0.5
 
   /** Either the refusal (its counter and why) or the estimated output in bytes. */
@@ -38,7 +39,7 @@ object Admission {
         val share = BigInt((budgetBytes * MaxShare).toLong)
         if (estimate > share) {
           Left(Counter.RefusedEstimatedSize -> (s"not persisted: estimated output of $estimate bytes exceeds its share " +
-            s"($share bytes, $MaxShare of the storage budget of $budgetBytes)"))
+            s"($share bytes, $MaxShare of the $budgetBytes bytes of storage memory memphis may use)"))
         } else Right(estimate)
       } catch {
         case NonFatal(e) => Left(Counter.RefusedEstimatedSize -> s"not persisted: its output could not be estimated ($e)")

@@ -13,6 +13,7 @@ import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShim
 
 /**
@@ -218,10 +219,9 @@ final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) ext
     // made a stage and must stay one: the query-stage hook did the work before.
     val active = MemphisConf.Enabled.get(conf) && SparkShim.exchangeReuseEnabled(conf) &&
       asQueryStage == conf.adaptiveExecutionEnabled
-    lazy val budget = LineageCache.forContext(session.sparkContext).budgets(conf).joinBroadcastBudget
-    if (!active || MemphisConf.BroadcastJoinMaxBytes.get(conf).contains(0L) || budget <= 0) plan
+    if (!active || MemphisConf.BroadcastJoinMaxBytes.get(conf).contains(0L)) plan
     else {
-      try substitute(plan, budget)
+      try substitute(plan, conf)
       catch {
         case NonFatal(e) =>
           LineageCache.log.warn(s"memphis: skipped broadcast reuse for this query after an internal error: $e", e)
@@ -230,10 +230,13 @@ final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) ext
     }
   }
 
-  private def substitute(plan: SparkPlan, budget: Long): SparkPlan = {
+  private def substitute(plan: SparkPlan, conf: SQLConf): SparkPlan = {
     val exchanges = SparkShim.broadcastsToBuild(plan)
     if (exchanges.isEmpty) return plan
     val cache = LineageCache.forContext(session.sparkContext)
+    // Read only for plans with broadcasts: it sums memphis's entries.
+    val budget = cache.budgets(conf).joinBroadcastBudget
+    if (budget <= 0) return plan
     val context = SparkShim.keyContext(session)
     val reuses = new IdentityHashMap[SparkPlan, SparkPlan]
     exchanges.foreach { exchange =>

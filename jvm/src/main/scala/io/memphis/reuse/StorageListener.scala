@@ -1,10 +1,10 @@
 package io.memphis.reuse
 
 import io.memphis.LineageCache
-import org.apache.spark.sql.memphis.SparkShim
 import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
   SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
+import org.apache.spark.sql.memphis.SparkShim
 import org.apache.spark.storage.RDDBlockId
 
 /**
