@@ -25,6 +25,10 @@ CONFS = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "20",
     "spark.ui.retainedStages": "20",
+    # Spark holds a broadcast's value on the driver by a soft reference, which the JVM keeps while
+    # memory is ample (1 s per free MiB since its last use): cleared at each collection here, the heap
+    # after one shows what is strongly held.
+    "spark.driver.extraJavaOptions": "-XX:SoftRefLRUPolicyMSPerMB=0",
 }
 MODULI = (7, 11, 13, 17, 19, 23)
 THRESHOLDS = (0, 2000, 6000)
@@ -67,19 +71,29 @@ def main(scratch, seconds, threads):
     memphis.clear(spark)
 
     counts = {"queries": 0, "wrong": 0, "errors": []}
-    lock = threading.Lock()
+    # The heap is sampled while no query runs (workers wait at the gate): what running queries hold
+    # (their broadcasts, hash maps, pages of 16-32 MiB each) is not what memphis keeps.
+    gate = {"paused": False, "running": 0}
+    lock = threading.Condition()
     end = time.time() + seconds
 
     def worker(seed):
         rng = random.Random(seed)
         while time.time() < end:
             query = rng.choice(queries)
+            with lock:
+                lock.wait_for(lambda: not gate["paused"])
+                gate["running"] += 1
             try:
                 right = run(query) == expected[query]
             except Exception as e:  # noqa: BLE001 - reported, and fails the test
                 with lock:
                     counts["errors"].append(repr(e)[:300])
                 continue
+            finally:
+                with lock:
+                    gate["running"] -= 1
+                    lock.notify_all()
             with lock:
                 counts["queries"] += 1
                 counts["wrong"] += not right
@@ -89,9 +103,21 @@ def main(scratch, seconds, threads):
              if p.getType().toString() == "Heap memory" and p.getCollectionUsage() is not None]
 
     def heap_used():
-        """The heap's live bytes: what its pools held right after a full collection (others' allocations aside)."""
-        jvm.java.lang.System.gc()
-        return sum(p.getCollectionUsage().getUsed() for p in pools)
+        """The heap's live bytes between queries: what its pools held right after a full collection.
+        Spark's ContextCleaner drops the broadcasts and shuffles of finished queries only after a
+        collection found them unreachable, so a second collection follows its pass."""
+        with lock:
+            gate["paused"] = True
+            lock.wait_for(lambda: gate["running"] == 0)
+        try:
+            jvm.java.lang.System.gc()
+            time.sleep(0.5)
+            jvm.java.lang.System.gc()
+            return sum(p.getCollectionUsage().getUsed() for p in pools)
+        finally:
+            with lock:
+                gate["paused"] = False
+                lock.notify_all()
 
     def sampler():
         last_heap = 0.0

@@ -65,6 +65,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** The session of the latest decision: its confs (budget, policy) and CacheManager serve evictions. */
   private var session: Option[SparkSession] = None
 
+  /** The session subplans are cached with (see [[io.memphis.reuse.CachingSession]]). */
+  private val caching = new io.memphis.reuse.CachingSession
+
   /** Loop-carried subplans cut by local checkpoints (see [[io.memphis.checkpoint.CheckpointRule]]). */
   val checkpoints = new io.memphis.checkpoint.Checkpoints(this)
 
@@ -438,21 +441,12 @@ final class LineageCache private (val sparkContext: SparkContext) {
     if (Seq(subplan, toCache).distinct.exists(SparkShim.cachedRelationName(session, _).isDefined)) {
       e.reason = "already cached outside memphis"
     } else {
-      // Adaptive execution may coalesce the cached plan's partitions (Spark keeps them fixed for
-      // its own cache): a cached aggregate of 200 near-empty partitions costs more than it saves.
-      val conf = SparkShim.sqlConf(session)
-      val adaptive = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
-      val before = conf.getConfString(adaptive, "false")
       persists += 1
       e.relationName = Some(s"memphis ${e.key.hash} #$persists")
-      conf.setConfString(adaptive, "true")
       val reused = (n: Int) => decide(Counter.ShufflesReused, s"persist ${e.key.hash} from $n shuffle(s) of its first occurrence")
       try ReuseRule.suspended(ShuffleReuseRule.offering(e.firstShuffles, reused)(SparkShim.cacheManager(session)
-        .cacheQuery(SparkShim.classic(session), toCache, e.relationName, StorageLevel.MEMORY_AND_DISK)))
-      finally {
-        conf.setConfString(adaptive, before)
-        dropShuffles(e)
-      }
+        .cacheQuery(SparkShim.classic(caching.of(session)), toCache, e.relationName, StorageLevel.MEMORY_AND_DISK)))
+      finally dropShuffles(e)
       e.plan = Some(toCache)
       e.persistedAt = System.currentTimeMillis()
       currentExecution.foreach(e.readers += _)
@@ -532,6 +526,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     recentAggregates.clear()
     running.clear()
     plainMs.clear()
+    caching.clear()
   }
 
   def blockUpdated(rddId: Int, partition: Int, isStored: Boolean, bytes: Long, executor: String): Unit = synchronized {

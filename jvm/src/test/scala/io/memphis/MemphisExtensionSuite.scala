@@ -3,7 +3,7 @@ package io.memphis
 import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.expressions.{ExpressionInfo, Literal}
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.{CacheTestShim, SparkShim}
 import org.scalatest.funsuite.AnyFunSuite
 
 /** Another extension, to check that memphis keeps what else `spark.sql.extensions` names. */
@@ -115,6 +115,24 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
       assert(statsBySql(spark)("bytes_held_join_broadcasts") == 0, "memphis off releases them")
       spark.conf.set("spark.memphis.enabled", "true")
     }
+  }
+
+  test("subplans are cached with one kept session that follows the user's conf, which memphis never changes") {
+    val spark = newSession()
+    val partitioning = SparkShim.CachedPlanPartitioningConf
+    def aggregate(m: Int) = spark.range(20000).selectExpr(s"id % $m AS g", "id AS v").groupBy("g").sum("v")
+    def answers(ms: Seq[Int]) = ms.map(m => aggregate(m).collect().toSet)
+    val plain = { spark.conf.set("spark.memphis.enabled", "false"); try answers(3 to 8) finally spark.conf.set("spark.memphis.enabled", "true") }
+    val ms = 3 to 6
+    assert(Seq.fill(3)(answers(ms)).forall(_ == plain.take(ms.size)))  // the second occurrence persists, the third reads
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    assert(Seq.fill(3)(answers(7 to 8)).forall(_ == plain.drop(ms.size)))
+    val sessions = CacheTestShim.cachedPlanSessions(spark)
+    assert(sessions.size == 6 && sessions.forall(_ eq sessions.head) && !(sessions.head eq spark), sessions)
+    val cachingConf = SparkShim.sqlConf(sessions.head)
+    assert(cachingConf.numShufflePartitions == 3 && cachingConf.getConfString(partitioning) == "true")
+    assert(SparkShim.CachedPlanConfsOff.forall(cachingConf.getConfString(_) == "false"))
+    assert(!spark.conf.getOption(partitioning).contains("true"), "the user's session keeps its own value")
   }
 
   test("only Spark 4.2 is accepted") {

@@ -69,6 +69,18 @@ object SparkShim {
   def sqlConf(session: SparkSession): SQLConf =
     session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState.conf
 
+  /** A new session over the same SparkContext and shared state, with a copy of `session`'s state. */
+  def cloneSession(session: SparkSession): SparkSession = classic(session).cloneSession()
+
+  /**
+   * What Spark's CacheManager turns off in the session a plan is cached with when the cached plan
+   * may change its output partitioning (it clones the session unless these are already off).
+   */
+  val CachedPlanConfsOff: Seq[String] = Seq(SQLConf.AUTO_BUCKETED_SCAN_ENABLED.key)
+
+  /** Lets adaptive execution change a cached plan's partitioning (coalesce its partitions). */
+  val CachedPlanPartitioningConf: String = SQLConf.CAN_CHANGE_CACHED_PLAN_OUTPUT_PARTITIONING.key
+
   /** The analyzed plan of a DataFrame (the classic Dataset in Spark 4). */
   def analyzedPlan(df: Dataset[_]): LogicalPlan =
     df.asInstanceOf[org.apache.spark.sql.classic.Dataset[_]].queryExecution.analyzed

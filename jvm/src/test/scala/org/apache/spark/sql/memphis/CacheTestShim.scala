@@ -16,10 +16,15 @@ object CacheTestShim {
     }
 
   /** The analyzed plans Spark's CacheManager holds cached relations for. */
-  def cachedPlans(session: SparkSession): Seq[LogicalPlan] = {
+  def cachedPlans(session: SparkSession): Seq[LogicalPlan] = cachedData(session).map(_.plan)
+
+  /** The sessions Spark's CacheManager planned each cached relation with. */
+  def cachedPlanSessions(session: SparkSession): Seq[SparkSession] =
+    cachedData(session).map(_.cachedRepresentation.cacheBuilder.cachedPlan.session)
+
+  private def cachedData(session: SparkSession): Seq[org.apache.spark.sql.execution.CachedData] = {
     val field = classOf[org.apache.spark.sql.execution.CacheManager].getDeclaredField("cachedData")
     field.setAccessible(true)
-    field.get(SparkShim.cacheManager(session)).asInstanceOf[scala.collection.Seq[org.apache.spark.sql.execution.CachedData]]
-      .map(_.plan).toSeq
+    field.get(SparkShim.cacheManager(session)).asInstanceOf[scala.collection.Seq[org.apache.spark.sql.execution.CachedData]].toSeq
   }
 }
