@@ -314,9 +314,10 @@ def run_query(spark, number, text, phase):
 
 
 def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2]", timeout_s=120.0,
-               deadline_s=None, warmup=False, root=DATA_ROOT) -> dict:
-    """Generates (or reuses) the data, starts memphis' session in this process and runs the three phases,
-    after a warm-up pass (memphis off, its answers unused) if ``warmup``.
+               deadline_s=None, warmup=False, root=DATA_ROOT, confs=None) -> dict:
+    """Generates (or reuses) the data, starts memphis' session in this process (with ``confs``, a dict of
+    further Spark or memphis settings) and runs the three phases, after a warm-up pass (memphis off, its
+    answers unused) if ``warmup``.
 
     Must be the first Spark session of the process: ``spark.driver.memory`` applies only to a JVM
     that starts now. Returns the report (see the module's doc); never raises for a query's failure.
@@ -339,6 +340,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
         "spark.ui.showConsoleProgress": "false",  # its bars would interleave with the progress lines
         "spark.driver.host": "127.0.0.1",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        **(confs or {}),
     })
     spark.sparkContext.setLogLevel("ERROR")
     max_heap = spark._jvm.java.lang.Runtime.getRuntime().maxMemory()
@@ -352,7 +354,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
         spark.read.parquet(os.path.join(directory, f"{table}.parquet")).createOrReplaceTempView(table)
 
     report = {"sf": sf, "driver_memory": driver_memory, "max_heap_bytes": max_heap, "master": master,
-              "shuffle_partitions": shuffle_partitions, "timeout_s": timeout_s, "warmup": warmup,
+              "confs": confs or {}, "shuffle_partitions": shuffle_partitions, "timeout_s": timeout_s, "warmup": warmup,
               "data_dir": directory,
               "generate_s": round(generate_s, 3), "environment": environment(spark),
               "runs": [], "phases": {}, "stopped": None}
@@ -521,6 +523,7 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
     lines = [f"TPC-H sf {report['sf']:g}, driver memory {report['driver_memory']} (max heap "
              f"{report['max_heap_bytes'] / 2**20:.0f} MiB), {report['master']}, "
              f"{report['shuffle_partitions']} shuffle partitions; " +
+             "".join(f"{k}={v}; " for k, v in sorted(report.get("confs", {}).items())) +
              ("after an untimed warm-up pass" if report["warmup"] else
               "no warm-up: the off pass, first, runs in a cold JVM (JIT), so its times read high"), "",
              "| query | off s | on s | re-run s | on/off | re-run/off | rows |", "|---|---|---|---|---|---|---|"]
@@ -560,11 +563,15 @@ def main(argv=None) -> int:
                         help="run the queries once more first, memphis off and untimed, "
                              "so that no pass pays for the JIT's warm-up")
     parser.add_argument("--data-dir", default=DATA_ROOT, help="where the generated tables are kept, per scale")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a further Spark or spark.memphis.* setting (repeatable), to compare settings")
     parser.add_argument("--out", help="write the report (JSON) here, and the summary table next to it (.md)")
     args = parser.parse_args(argv)
+    if any("=" not in c for c in args.conf):
+        parser.error(f"--conf takes KEY=VALUE, not {next(c for c in args.conf if '=' not in c)!r}")
 
     report = run_corpus(args.sf, args.driver_memory, args.shuffle_partitions, args.master, args.timeout,
-                        args.deadline, args.warmup, args.data_dir)
+                        args.deadline, args.warmup, args.data_dir, dict(c.split("=", 1) for c in args.conf))
     table = summary_table(report)
     log(table)
     if args.out:
