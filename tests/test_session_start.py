@@ -107,13 +107,30 @@ def test_configure_spark_refuses_a_jvm_started_without_memphis(stop):
     assert "started without the memphis jar" in seen and "restart the Python process" in seen
 
 
-def test_wrong_spark_version_is_one_clear_message(monkeypatch):
+@pytest.mark.parametrize("version", ["4.3.0", "3.4.1"])
+def test_a_spark_without_a_jar_is_one_clear_message(monkeypatch, version):
     import pyspark
 
-    monkeypatch.setattr(pyspark, "__version__", "4.3.0")
-    with pytest.raises(memphis.MemphisSetupError, match=r"built for Spark 4\.2\.x but pyspark 4\.3\.0"):
+    monkeypatch.setattr(pyspark, "__version__", version)
+    line = version.rsplit(".", 1)[0]
+    with pytest.raises(memphis.MemphisSetupError,
+                       match=rf"no jar for Spark {line} with Scala 2\.13 \(pyspark {version} is installed\); "
+                             r"this installation has jars for Spark .*4\.2 \(Scala 2\.13\)"):
         memphis.configure_spark(SparkSession.Builder())
     _jvm.check_spark_version("4.2.0")
+
+
+def test_the_jar_for_each_spark_line(monkeypatch, tmp_path):
+    for name in ("memphis-spark-4.0_2.13-0.1.0.jar", "memphis-spark-4.1_2.13-0.1.0.jar",
+                 "memphis-spark-4.2_2.13-0.1.0.jar", "unrelated.jar"):
+        (tmp_path / name).write_bytes(b"")
+    monkeypatch.setattr(_jvm, "JAR_DIR", str(tmp_path))
+    assert _jvm.jar_path("4.1.3", "2.13") == str(tmp_path / "memphis-spark-4.1_2.13-0.1.0.jar")
+    assert _jvm.jar_path("4.0.0", "2.13") == str(tmp_path / "memphis-spark-4.0_2.13-0.1.0.jar")
+    with pytest.raises(memphis.MemphisSetupError, match=r"no jar for Spark 4\.1 with Scala 2\.12"):
+        _jvm.jar_path("4.1.3", "2.12")
+    # The Scala version is the one of the library jar the running Spark ships.
+    assert _jvm.spark_scala_version() == "2.13"
 
 
 def test_missing_java_is_one_clear_message(monkeypatch):
@@ -129,7 +146,7 @@ def test_cli_without_java_prints_one_line(tmp_path):
                             env=env, timeout=120)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("memphis: Spark 4.2 needs Java 17 or newer"), result.stderr
+    assert len(lines) == 1 and lines[0].startswith("memphis: Spark 4 needs Java 17 or newer"), result.stderr
 
 
 def test_configure_spark_refuses_a_running_context_without_the_extension(no_spark):

@@ -8,28 +8,64 @@ import subprocess
 from memphis.errors import MemphisSetupError
 
 EXTENSION_CLASS = "io.memphis.MemphisSparkSessionExtension"
-SPARK_MINOR = "4.2"
+JAR_DIR = os.path.join(os.path.dirname(__file__), "jars")
+# memphis-spark-<Spark line>_<Scala version>-<memphis version>.jar, one per line the build made.
+_JAR_NAME = re.compile(r"memphis-spark-(\d+\.\d+)_(\d+\.\d+)-[^/]*\.jar$")
 MIN_JAVA = 17
 
 
-def jar_path() -> str:
-    """The extension jar shipped inside the package."""
-    jars = glob.glob(os.path.join(os.path.dirname(__file__), "jars", "memphis-spark_*.jar"))
-    if len(jars) != 1:
+def shipped_jars() -> dict:
+    """The jars inside the package: {(Spark line, Scala version): path}."""
+    found = {}
+    for path in glob.glob(os.path.join(JAR_DIR, "memphis-spark-*.jar")):
+        match = _JAR_NAME.search(os.path.basename(path))
+        if match:
+            found[match.groups()] = path
+    return found
+
+
+def spark_line(version: str) -> str:
+    """A Spark version's line: "4.1" for "4.1.3" (and for "4.1.0.dev1")."""
+    return ".".join(version.split(".")[:2])
+
+
+def spark_scala_version() -> str:
+    """The Scala version of the running Spark, from the Scala library jar Spark ships; 2.13 if none is found."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    jars = glob.glob(os.path.join(_find_spark_home(), "jars", "scala-library-*.jar"))
+    match = re.search(r"scala-library-(\d+\.\d+)\.", os.path.basename(jars[0])) if jars else None
+    return match.group(1) if match else "2.13"
+
+
+def jar_path(spark_version: str = None, scala_version: str = None) -> str:
+    """The extension jar inside the package for the running Spark (pyspark's version and its Scala).
+
+    Examples
+    --------
+    >>> import memphis
+    >>> memphis.jar_path()  # doctest: +SKIP
+    '.../memphis/jars/memphis-spark-4.2_2.13-0.1.0.jar'
+    """
+    if spark_version is None:
+        import pyspark
+        spark_version = pyspark.__version__
+    line, scala = spark_line(spark_version), scala_version or spark_scala_version()
+    jars = shipped_jars()
+    if (line, scala) in jars:
+        return jars[(line, scala)]
+    if not jars:
         raise MemphisSetupError(
-            f"expected one memphis-spark jar in {os.path.dirname(__file__)}/jars, found {len(jars)}; "
-            "reinstall memphis-spark, or run `make jar` in a source checkout")
-    return jars[0]
+            f"no memphis-spark jar in {JAR_DIR}; reinstall memphis-spark, or run `make jar` in a source checkout")
+    built = ", ".join(f"{l} (Scala {s})" for l, s in sorted(jars, key=lambda k: tuple(map(int, k[0].split(".")))))
+    raise MemphisSetupError(
+        f"memphis has no jar for Spark {line} with Scala {scala} (pyspark {spark_version} is installed); "
+        f"this installation has jars for Spark {built}")
 
 
 def check_spark_version(version: str = None) -> None:
-    if version is None:
-        import pyspark
-        version = pyspark.__version__
-    if not (version == SPARK_MINOR or version.startswith(SPARK_MINOR + ".")):
-        raise MemphisSetupError(
-            f"memphis is built for Spark {SPARK_MINOR}.x but pyspark {version} is installed; "
-            f"install pyspark=={SPARK_MINOR}.0")
+    """Fails with one clear message when memphis ships no jar for the installed pyspark."""
+    jar_path(version)
 
 
 def java_executable() -> str:
@@ -38,7 +74,7 @@ def java_executable() -> str:
     if not java or not os.access(java, os.X_OK):
         where = f"JAVA_HOME={home} has no bin/java" if home else "no `java` on PATH and JAVA_HOME is unset"
         raise MemphisSetupError(
-            f"Spark {SPARK_MINOR} needs Java {MIN_JAVA} or newer, and none was found ({where}); "
+            f"Spark 4 needs Java {MIN_JAVA} or newer, and none was found ({where}); "
             f"install a JDK {MIN_JAVA} (e.g. `apt install openjdk-17-jdk-headless`) or set JAVA_HOME")
     return java
 
@@ -56,7 +92,7 @@ def check_java() -> None:
     major = int(match.group(2) if match.group(1) == "1" else match.group(1))
     if major < MIN_JAVA:
         raise MemphisSetupError(
-            f"Spark {SPARK_MINOR} needs Java {MIN_JAVA} or newer, but {java} is Java {major}; "
+            f"Spark 4 needs Java {MIN_JAVA} or newer, but {java} is Java {major}; "
             f"install a JDK {MIN_JAVA} and point JAVA_HOME at it")
 
 

@@ -149,7 +149,7 @@ def _memphis_rejection(error):
     """The memphis error inside a failed session start (PySpark may have wrapped it), if that is why."""
     text = str(error)
     for marker, kind in (("Invalid memphis configuration", MemphisConfigError),
-                         ("memphis is built for Spark", MemphisSetupError)):
+                         ("memphis jar is built for Spark", MemphisSetupError)):
         at = text.find(marker)
         if at >= 0:
             return kind(text[at:].splitlines()[0])

@@ -13,7 +13,7 @@ import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.{PhysicalPlans, SparkRuntime, SparkShimImpl}
 import org.apache.spark.storage.StorageLevel
 import org.slf4j.LoggerFactory
 
@@ -98,7 +98,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private def structureBytes(e: CacheEntry): Long = LineageCache.EntryBytes + 2L * e.key.canonicalChars
 
   /** Bytes the first occurrences' kept shuffles take on local disk. */
-  def retainedShuffleBytes: Long = synchronized(retaining.toSeq).flatMap(_.firstShuffles).map(SparkShim.shuffleBytes).sum
+  def retainedShuffleBytes: Long = synchronized(retaining.toSeq).flatMap(_.firstShuffles).map(PhysicalPlans.shuffleBytes).sum
 
   /** What `memphis_stats()` shows: the counters, then, per place, what is held and the budget. */
   def statsRows(conf: SQLConf): Seq[(String, Long)] = {
@@ -124,19 +124,19 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val holding = synchronized(entries.values.exists(e => EntryState.Holding.contains(e.state)))
     if (!holding && !plan.exists(LineageCache.isCandidate(_, plan))) return marks
     val planned = System.currentTimeMillis()
-    val results = LineageKey.ofSubplans(plan, SparkShim.keyContext(session))
+    val results = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session))
     synchronized {
       this.session = Some(session)
       dropStale(session, plan, results)
     }
     val minOccurrences = MemphisConf.MinOccurrences.get(SQLConf.get)
     val retainShuffles = minOccurrences > 1 && MemphisConf.RetainedShuffles.get(SQLConf.get) > 0 &&
-      SparkShim.shuffleFilesKept(SQLConf.get)
+      SparkShimImpl.shuffleFilesKept(SQLConf.get)
     val persistAhead = minOccurrences > 1 && MemphisConf.PersistAhead.get(SQLConf.get)
     // The query that consumes each subplan: its own key, or its plan's shape when it has none.
     val consumer = results.collectFirst { case (p, Right(k)) if p eq plan => k.hash }
       .getOrElse(plan.semanticHash().toHexString)
-    val user = SparkShim.currentUser
+    val user = SparkShimImpl.currentUser
     val served = mutable.Set.empty[LogicalPlan]
     // The subplans this query reads from memphis's storage, served or persisted (by identity).
     val owned = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap[LogicalPlan, java.lang.Boolean])
@@ -220,7 +220,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
    */
   private def admits(session: SparkSession, subplan: LogicalPlan, e: CacheEntry): Boolean = {
     if (synchronized(e.refusal.isEmpty && e.estimatedBytes.isEmpty)) {
-      val verdict = Admission.verdict(session, subplan, budgets(SparkShim.sqlConf(session)).storageShare)
+      val verdict = Admission.verdict(session, subplan, budgets(SparkShimImpl.sqlConf(session)).storageShare)
       synchronized(verdict.fold(r => e.refusal = Some(r), bytes => e.estimatedBytes = Some(bytes)))
     }
     synchronized(e.refusal).forall { case (counter, why) =>
@@ -274,7 +274,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
    */
   def relievePressure(): Unit = if (pressure.crossed()) synchronized {
     val state = pressure.describe
-    val policy = session.map(s => MemphisConf.EvictionPolicyName.get(SparkShim.sqlConf(s))).getOrElse("costnsize")
+    val policy = session.map(s => MemphisConf.EvictionPolicyName.get(SparkShimImpl.sqlConf(s))).getOrElse("costnsize")
     val held = broadcasts.retained.map(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.bytes,
       () => broadcasts.release(r, Counter.PressureReleases, s"heap pressure ($state)"))) ++
       (if (!sparkContext.isLocal) Nil else entries.values.filter(e => e.state == EntryState.Materialized && e.readers.isEmpty)
@@ -310,10 +310,10 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * the first job that needs it. Says whether memphis holds it now.
    */
   def persistAhead(session: SparkSession, plan: LogicalPlan, hash: String, reason: String): Boolean = {
-    val found = LineageKey.ofSubplans(plan, SparkShim.keyContext(session)).collectFirst {
+    val found = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).collectFirst {
       case (subplan, Right(key)) if key.hash == hash && LineageCache.isCandidate(subplan, plan) => (subplan, key)
     }
-    val user = SparkShim.currentUser
+    val user = SparkShimImpl.currentUser
     found.exists { case (subplan, key) => synchronized {
       this.session = Some(session)
       val entry = entries.get(scoped(hash, user)) match {
@@ -332,7 +332,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * subplans that contain it). What is worth sharing between queries submitted together.
    */
   def candidateKeys(session: SparkSession, plan: LogicalPlan): Seq[(LineageKey, Seq[String])] = {
-    val keyed = LineageKey.ofSubplans(plan, SparkShim.keyContext(session)).collect {
+    val keyed = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).collect {
       case (subplan, Right(key)) if LineageCache.isCandidate(subplan, plan) => key
     }.distinctBy(_.hash)
     keyed.map(k => k -> keyed.filter(o => (o ne k) && LineageCache.contains(o, k.hash)).map(_.hash))
@@ -359,7 +359,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
         decide(Counter.Misses, s"seen ${key.hash}: first occurrence")
         if (minOccurrences <= 1) Observed.Due(e) else Observed.First(e)
       case Some(e) if EntryState.Holding.contains(e.state) &&
-          SparkShim.cachedRelationName(session, ownedPlan(subplan, user, java.util.Collections.emptySet())).contains(e.relationName) =>
+          SparkRuntime.cachedRelationName(session, ownedPlan(subplan, user, java.util.Collections.emptySet())).contains(e.relationName) =>
         e.occurrences += 1
         e.hits += 1
         e.lastAccess = now
@@ -438,14 +438,14 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan, reason: String,
       inner: java.util.Set[LogicalPlan]): Unit = {
     val toCache = ownedPlan(subplan, e.owner, inner)
-    if (Seq(subplan, toCache).distinct.exists(SparkShim.cachedRelationName(session, _).isDefined)) {
+    if (Seq(subplan, toCache).distinct.exists(SparkRuntime.cachedRelationName(session, _).isDefined)) {
       e.reason = "already cached outside memphis"
     } else {
       persists += 1
       e.relationName = Some(s"memphis ${e.key.hash} #$persists")
       val reused = (n: Int) => decide(Counter.ShufflesReused, s"persist ${e.key.hash} from $n shuffle(s) of its first occurrence")
-      try ReuseRule.suspended(ShuffleReuseRule.offering(e.firstShuffles, reused)(SparkShim.cacheManager(session)
-        .cacheQuery(SparkShim.classic(caching.of(session)), toCache, e.relationName, StorageLevel.MEMORY_AND_DISK)))
+      try ReuseRule.suspended(ShuffleReuseRule.offering(e.firstShuffles, reused)(
+        SparkShimImpl.cacheQuery(caching.of(session), toCache, e.relationName, StorageLevel.MEMORY_AND_DISK)))
       finally dropShuffles(e)
       e.plan = Some(toCache)
       e.persistedAt = System.currentTimeMillis()
@@ -490,7 +490,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
       why: String): Unit = {
     if (EntryState.Holding.contains(e.state)) {
       e.plan.foreach(p => ReuseRule.suspended(
-        SparkShim.cacheManager(session).uncacheQuery(SparkShim.classic(session), p, false, false)))
+        SparkShimImpl.uncacheQuery(session, p)))
     }
     forget(e)
     e.state = state
@@ -584,7 +584,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * to go is read, eviction waits, and runs again when an entry materializes or an execution ends.
    */
   private def enforceBudget(session: SparkSession): Unit = {
-    val conf = SparkShim.sqlConf(session)
+    val conf = SparkShimImpl.sqlConf(session)
     val budget = storageBudgetBytes(conf)
     val policy = MemphisConf.EvictionPolicyName.get(conf)
     val idle = (e: CacheEntry) => e.state == EntryState.Materialized && e.readers.isEmpty
@@ -605,7 +605,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /** The to-persist entry whose cached relation's RDD this is, now that Spark has built it. */
   private def adopt(rddId: Int): Option[CacheEntry] =
-    SparkShim.persistedRdd(sparkContext, rddId).flatMap { case (name, partitions) =>
+    SparkRuntime.persistedRdd(sparkContext, rddId).flatMap { case (name, partitions) =>
       entries.values.find(e => e.state == EntryState.ToPersist && e.rddId.isEmpty && e.relationName.contains(name))
         .map { e =>
           e.rddId = Some(rddId)
@@ -627,7 +627,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   def jobStarted(jobId: Int, executionId: Option[Long], rdds: Seq[(Int, String)]): Unit = synchronized {
     val reader = executionId.getOrElse(LineageCache.jobReader(jobId))
     rdds.foreach { case (id, name) =>
-      val table = SparkShim.cachedTableName(name)
+      val table = SparkRuntime.cachedTableName(name)
       byRdd.get(id).orElse(entries.values.find(e => table.isDefined && e.relationName == table))
         .filter(e => EntryState.Holding.contains(e.state))
         .foreach(_.readers += reader)

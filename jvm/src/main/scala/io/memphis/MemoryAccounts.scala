@@ -1,7 +1,7 @@
 package io.memphis
 
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.SparkRuntime
 
 /**
  * What memphis holds in each place of the Spark application, and what it may hold there; every
@@ -30,7 +30,7 @@ final class MemoryAccounts(cache: LineageCache, conf: SQLConf) {
    */
   lazy val storageShare: Long = {
     val sc = cache.sparkContext
-    val driver = SparkShim.driverBlockManagerHostPort
+    val driver = SparkRuntime.driverBlockManagerHostPort
     val storage = sc.statusTracker.getExecutorInfos.toSeq
       .filter(e => sc.isLocal || !driver.contains((e.host, e.port)))
       .map(e => e.totalOnHeapStorageMemory + e.totalOffHeapStorageMemory).sum
@@ -55,7 +55,7 @@ final class MemoryAccounts(cache: LineageCache, conf: SQLConf) {
   lazy val localDiskHeld: Long = cache.retainedShuffleBytes + cache.checkpoints.localFileBytes
 
   lazy val localDiskBudget: Long = {
-    val free = SparkShim.localDirs.map(_.getUsableSpace).foldLeft(0L)(math.max)
+    val free = SparkRuntime.localDirs.map(_.getUsableSpace).foldLeft(0L)(math.max)
     ((free + localDiskHeld) * MemphisConf.LocalDiskFraction.get(conf)).toLong
   }
 

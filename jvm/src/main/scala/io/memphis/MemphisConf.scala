@@ -2,8 +2,10 @@ package io.memphis
 
 import java.util.Locale
 
+import io.memphis.lineage.KeyContext
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
 
 /**
  * Every `spark.memphis.*` key: its default, what values are allowed, what it means. Values are
@@ -144,7 +146,16 @@ object MemphisConf {
     LocalDiskFraction, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey = All.map(e => e.key -> e).toMap
 
-  All.foreach(e => SparkShim.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed, e.static))
+  All.foreach(e => SparkRuntime.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed, e.static))
+
+  /** What lineage keys depend on besides the plan, from the session's confs. */
+  def keyContext(session: SparkSession): KeyContext = {
+    val conf = SparkShimImpl.sqlConf(session)
+    new KeyContext(() => SparkShimImpl.newHadoopConf(session), conf.caseSensitiveAnalysis,
+      s"parallelism=${session.sparkContext.defaultParallelism},maxPartitionBytes=${conf.filesMaxPartitionBytes}," +
+        s"openCost=${conf.filesOpenCostInBytes},minPartitions=${conf.filesMinPartitionNum}",
+      LineageMaxListedFiles.get(conf))
+  }
 
   /** Forces the SQLConf registration above; call before a session reads or sets memphis keys. */
   def register(): Unit = ()

@@ -4,7 +4,7 @@ import io.memphis.checkpoint.CheckpointRule
 import io.memphis.reuse.{BroadcastReuseRule, RemoveOwnerMarks, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.execution.ColumnarRule
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.SparkRuntime
 
 /**
  * Entry point named by `spark.sql.extensions=io.memphis.MemphisSparkSessionExtension`. It only
@@ -15,9 +15,9 @@ import org.apache.spark.sql.memphis.SparkShim
  */
 class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
-    SparkShim.unsupportedSparkReason().foreach(reason => throw new IllegalStateException(reason))
+    SparkRuntime.unsupportedSparkReason().foreach(reason => throw new IllegalStateException(reason))
     MemphisConf.register()
-    SparkShim.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
+    SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
     extensions.injectTableFunction(MemphisTableFunctions.stats)
     extensions.injectTableFunction(MemphisTableFunctions.entries)
     // Normalization rules run in this order: the checkpoint cut first, so reuse decides on the cut plan.

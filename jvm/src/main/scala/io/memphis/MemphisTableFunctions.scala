@@ -5,7 +5,7 @@ import org.apache.spark.sql.catalyst.{FunctionIdentifier, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.{AttributeReference, Expression, ExpressionInfo}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.SparkRuntime
 import io.memphis.reuse.EvictionPolicy
 import org.apache.spark.sql.types.{DataType, DoubleType, IntegerType, LongType, StringType}
 import org.apache.spark.unsafe.types.UTF8String
@@ -44,7 +44,7 @@ object MemphisTableFunctions {
     val build = (args: Seq[Expression]) => {
       if (args.nonEmpty) throw new IllegalArgumentException(s"$name() takes no arguments, got ${args.size}")
       val output = columns.map { case (column, dataType) => AttributeReference(column, dataType, nullable = false)() }
-      SparkShim.localRelation(output, rows(LineageCache.forContext(SparkSession.active.sparkContext)))
+      SparkRuntime.localRelation(output, rows(LineageCache.forContext(SparkSession.active.sparkContext)))
     }
     (FunctionIdentifier(name), new ExpressionInfo(getClass.getName.stripSuffix("$"), null, name, s"$name() - $usage", ""),
       build)

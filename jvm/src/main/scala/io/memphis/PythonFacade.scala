@@ -2,13 +2,13 @@ package io.memphis
 
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.{Dataset, SparkSession}
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.SparkShimImpl
 
 /** Coarse entry points for the Python package: one py4j round trip per call. */
 object PythonFacade {
   /** The `memphis_stats()` rows as a flat JSON object of numbers. */
   def statsJson(session: SparkSession): String = {
-    val rows = LineageCache.forContext(session.sparkContext).statsRows(SparkShim.sqlConf(session))
+    val rows = LineageCache.forContext(session.sparkContext).statsRows(SparkShimImpl.sqlConf(session))
     rows.map { case (name, value) => s""""$name": $value""" }.mkString("{", ", ", "}")
   }
 
@@ -30,7 +30,7 @@ object PythonFacade {
    */
   def subplanKeys(df: Dataset[_]): String = {
     val keys = LineageCache.forContext(df.sparkSession.sparkContext)
-      .candidateKeys(df.sparkSession, SparkShim.analyzedPlan(df))
+      .candidateKeys(df.sparkSession, SparkShimImpl.analyzedPlan(df))
     keys.map { case (key, within) =>
       s"""{"key": "${key.hash}", "height": ${key.height}, "within": [${within.map(h => s""""$h"""").mkString(", ")}]}"""
     }.mkString("[", ", ", "]")
@@ -39,10 +39,10 @@ object PythonFacade {
   /** Persists the subplan of `df` with key `hash` now (see [[LineageCache.persistAhead]]); whether memphis holds it. */
   def persistShared(df: Dataset[_], hash: String, reason: String): Boolean = {
     val session = df.sparkSession
-    MemphisConf.Enabled.get(SparkShim.sqlConf(session)) && LineageCache.forContext(session.sparkContext)
-      .persistAhead(session, SparkShim.analyzedPlan(df), hash, reason)
+    MemphisConf.Enabled.get(SparkShimImpl.sqlConf(session)) && LineageCache.forContext(session.sparkContext)
+      .persistAhead(session, SparkShimImpl.analyzedPlan(df), hash, reason)
   }
 
   private def keyOf(df: Dataset[_]): LineageKey.Result =
-    LineageKey.of(SparkShim.analyzedPlan(df), SparkShim.keyContext(df.sparkSession))
+    LineageKey.of(SparkShimImpl.analyzedPlan(df), MemphisConf.keyContext(df.sparkSession))
 }

@@ -4,7 +4,7 @@ import io.memphis.reuse.{Admission, CacheEntry, EntryState}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical.{Join, LogicalPlan}
-import org.apache.spark.sql.memphis.{CacheTestShim, SparkShim}
+import org.apache.spark.sql.memphis.{CacheTestShim, SparkShimImpl}
 import org.scalatest.funsuite.AnyFunSuite
 
 /** What memphis refuses to persist, and the entries that made a query slower. */
@@ -21,7 +21,7 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
 
   /** The joins without a condition that computing `plans` on their own runs (as the optimizer plans them). */
   private def conditionless(spark: SparkSession, plans: Seq[LogicalPlan]): Seq[LogicalPlan] =
-    plans.flatMap(p => SparkShim.optimize(spark, p).collect { case j: Join if j.condition.isEmpty => j })
+    plans.flatMap(p => SparkShimImpl.optimize(spark, p).collect { case j: Join if j.condition.isEmpty => j })
 
   test("a comma join's analyzed join has no condition; the same join written with ON has one") {
     val spark = newSession()
@@ -35,7 +35,7 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
   test("estimates: a key join is its two sides, a semi join its left, a condition-less join their product") {
     val spark = newSession()
     views(spark)
-    def estimate(sql: String): BigInt = Admission.estimatedBytes(SparkShim.optimize(spark, analyzed(spark, sql)))
+    def estimate(sql: String): BigInt = Admission.estimatedBytes(SparkShimImpl.optimize(spark, analyzed(spark, sql)))
     val a = estimate("SELECT k, v FROM a")
     val b = estimate("SELECT k, x FROM b")
     assert(a > 0 && b > 0)
@@ -43,7 +43,7 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
     assert(estimate("SELECT a.k, v FROM a LEFT SEMI JOIN b ON a.k = b.k") == a)
     assert(estimate("SELECT a.k, v, x FROM a CROSS JOIN b") == a * b)
     // Spark's own estimate makes the key join a product too: the reason for memphis's own.
-    assert(SparkShim.optimize(spark, analyzed(spark, "SELECT a.k, v, x FROM a JOIN b ON a.k = b.k")).stats.sizeInBytes > (a + b) * 1000)
+    assert(SparkShimImpl.optimize(spark, analyzed(spark, "SELECT a.k, v, x FROM a JOIN b ON a.k = b.k")).stats.sizeInBytes > (a + b) * 1000)
   }
 
   test("comma joins repeated: answers as plain Spark's, no condition-less join cached, refusals counted") {

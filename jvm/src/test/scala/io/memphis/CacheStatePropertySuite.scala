@@ -9,7 +9,7 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.execution.columnar.InMemoryRelation
 import org.apache.spark.sql.functions.{col, count, sum}
-import org.apache.spark.sql.memphis.{CacheTestShim, SparkShim}
+import org.apache.spark.sql.memphis.{CacheTestShim, SparkShimImpl}
 import org.apache.spark.sql.types.StructType
 import org.scalacheck.Gen
 import org.scalactic.anyvals.PosInt
@@ -66,7 +66,7 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
 
   private def states: Map[CacheEntry, EntryState.Value] = cache.entryRows(e => e -> e.state).toMap
 
-  private def budget: Long = cache.storageBudgetBytes(SparkShim.sqlConf(spark))
+  private def budget: Long = cache.storageBudgetBytes(SparkShimImpl.sqlConf(spark))
 
   /** Runs one sequence of operations from an empty cache, checking the invariants after each. */
   private def run(ops: Seq[Op]): Unit = {

@@ -1,7 +1,7 @@
 package io.memphis
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.SparkRuntime
 import org.scalatest.{BeforeAndAfterEach, Suite}
 
 /** A fresh local[2] session with the memphis extension for each test; every context is stopped after it. */
@@ -22,7 +22,7 @@ trait LocalSessions extends BeforeAndAfterEach { this: Suite =>
     SparkSession.getDefaultSession.foreach(_.stop())
     SparkSession.clearActiveSession()
     SparkSession.clearDefaultSession()
-    SparkShim.activeSparkContext.foreach(_.stop()) // left running by a session that failed to start
+    SparkRuntime.activeSparkContext.foreach(_.stop()) // left running by a session that failed to start
     super.afterEach()
   }
 }

@@ -3,7 +3,7 @@ package io.memphis
 import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.expressions.{ExpressionInfo, Literal}
-import org.apache.spark.sql.memphis.{CacheTestShim, SparkShim}
+import org.apache.spark.sql.memphis.{CacheTestShim, SparkRuntime, SparkShimImpl}
 import org.scalatest.funsuite.AnyFunSuite
 
 /** Another extension, to check that memphis keeps what else `spark.sql.extensions` names. */
@@ -119,7 +119,7 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
 
   test("subplans are cached with one kept session that follows the user's conf, which memphis never changes") {
     val spark = newSession()
-    val partitioning = SparkShim.CachedPlanPartitioningConf
+    val partitioning = SparkRuntime.CachedPlanPartitioningConf
     def aggregate(m: Int) = spark.range(20000).selectExpr(s"id % $m AS g", "id AS v").groupBy("g").sum("v")
     def answers(ms: Seq[Int]) = ms.map(m => aggregate(m).collect().toSet)
     val plain = { spark.conf.set("spark.memphis.enabled", "false"); try answers(3 to 8) finally spark.conf.set("spark.memphis.enabled", "true") }
@@ -129,16 +129,18 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
     assert(Seq.fill(3)(answers(7 to 8)).forall(_ == plain.drop(ms.size)))
     val sessions = CacheTestShim.cachedPlanSessions(spark)
     assert(sessions.size == 6 && sessions.forall(_ eq sessions.head) && !(sessions.head eq spark), sessions)
-    val cachingConf = SparkShim.sqlConf(sessions.head)
+    val cachingConf = SparkShimImpl.sqlConf(sessions.head)
     assert(cachingConf.numShufflePartitions == 3 && cachingConf.getConfString(partitioning) == "true")
-    assert(SparkShim.CachedPlanConfsOff.forall(cachingConf.getConfString(_) == "false"))
+    assert(SparkRuntime.CachedPlanConfsOff.forall(cachingConf.getConfString(_) == "false"))
     assert(!spark.conf.getOption(partitioning).contains("true"), "the user's session keeps its own value")
   }
 
-  test("only Spark 4.2 is accepted") {
-    assert(SparkShim.unsupportedSparkReason("4.2.0").isEmpty)
-    assert(SparkShim.unsupportedSparkReason("4.2.1").isEmpty)
-    assert(SparkShim.unsupportedSparkReason("4.3.0").exists(_.contains("built for Spark 4.2.x")))
-    assert(SparkShim.unsupportedSparkReason("4.20.0").nonEmpty)
+  test("a jar accepts its own Spark line only") {
+    val line = SparkRuntime.BuiltForLine
+    assert(org.apache.spark.SPARK_VERSION.startsWith(line + "."), "the build's line is the Spark it compiled against")
+    assert(SparkRuntime.unsupportedSparkReason(s"$line.0").isEmpty)
+    assert(SparkRuntime.unsupportedSparkReason(s"$line.9").isEmpty)
+    assert(SparkRuntime.unsupportedSparkReason("3.4.0").exists(_.contains(s"built for Spark $line.x but this is Spark 3.4.0")))
+    assert(SparkRuntime.unsupportedSparkReason(s"${line}0.0").nonEmpty)
   }
 }

@@ -9,7 +9,7 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.execution.columnar.InMemoryRelation
 import org.apache.spark.sql.functions.{broadcast, col, sum}
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.SparkRuntime
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -42,7 +42,7 @@ class UsersSuite extends AnyFunSuite with LocalSessions {
 
   // Broadcasts are registered when Spark's listeners see their query end: wait for them first.
   private def stat(spark: SparkSession, counter: Counter.Value): Long = {
-    SparkShim.awaitListeners(spark.sparkContext, 30000)
+    SparkRuntime.awaitListeners(spark.sparkContext, 30000)
     LineageCache.forContext(spark.sparkContext).stats.get(counter)
   }
 

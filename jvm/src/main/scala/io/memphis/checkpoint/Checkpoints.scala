@@ -10,7 +10,7 @@ import io.memphis.lineage.LineageKey
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.{Command, LogicalPlan}
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.{CheckpointRelations, SparkShimImpl}
 
 /**
  * One cut: the checkpoint standing for the subplan of `key` (registered as `id`: the key's hash, and
@@ -57,7 +57,7 @@ final class Checkpoints(cache: LineageCache) {
   /** The plan to run for `plan`: itself when shallow or when nothing in it is loop-carried. */
   def cut(session: SparkSession, plan: LogicalPlan): LogicalPlan = {
     files.deleteUnreachable()
-    val conf = SparkShim.sqlConf(session)
+    val conf = SparkShimImpl.sqlConf(session)
     val minHeight = MemphisConf.CheckpointMinHeight.get(conf)
     val dir = MemphisConf.CheckpointDir.get(conf)
     val heights = new IdentityHashMap[LogicalPlan, Integer]()
@@ -71,10 +71,10 @@ final class Checkpoints(cache: LineageCache) {
       }
     }
     if (height(plan) <= minHeight || plan.isInstanceOf[Command]) return plan
-    val user = SparkShim.currentUser
+    val user = SparkShimImpl.currentUser
     val id = (k: LineageKey) => cache.scoped(k.hash, user)
     val keys = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
-    LineageKey.ofSubplans(plan, SparkShim.keyContext(session)).foreach { case (p, r) => keys.put(p, r) }
+    LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).foreach { case (p, r) => keys.put(p, r) }
     val speculate = MemphisConf.LoopSpeculative.get(conf)
     synchronized {
       releaseSuperseded()
@@ -85,8 +85,8 @@ final class Checkpoints(cache: LineageCache) {
       def make(p: LogicalPlan, inner: LogicalPlan, k: LineageKey, builtOn: Seq[Checkpoint], why: String): Checkpoint = {
         made += 1
         val folder = Option(dir).filter(_.nonEmpty).map(files.folder(_, made))
-        val (relation, rdd) = folder.fold(SparkShim.localCheckpoint(session, inner))(
-          SparkShim.reliableCheckpoint(session, inner, _))
+        val (relation, rdd) = folder.fold(CheckpointRelations.localCheckpoint(session, inner))(
+          CheckpointRelations.reliableCheckpoint(session, inner, _))
         val c = new Checkpoint(id(k), k, relation, rdd, builtOn.distinct, made, folder)
         registry(c.id) = c
         used += c
@@ -100,7 +100,7 @@ final class Checkpoints(cache: LineageCache) {
       def expect(c: Checkpoint, above: List[LogicalPlan]): Unit = if (speculate) {
         above.find(a => Option(keys.get(a)).flatMap(_.toOption).exists(Checkpoints.nextStep(_, c.key)))
           .filterNot(ahead.containsKey).foreach { next =>
-            val bytes = SparkShim.storedBytes(c.rdd)
+            val bytes = CheckpointRelations.storedBytes(c.rdd)
             val budget = cache.storageBudgetBytes(conf)
             if (bytes <= budget) ahead.put(next, c)
             else LineageCache.log.debug(s"memphis: no speculative checkpoint over #${c.number}: the loop's " +
@@ -116,7 +116,7 @@ final class Checkpoints(cache: LineageCache) {
             val c = registry(id(k))
             used += c
             if (mayCut) expect(c, above)
-            SparkShim.rebind(c.relation, p.output)
+            CheckpointRelations.rebind(c.relation, p.output)
           case Some(k) if mayCut && !isRoot && seen.contains(id(k)) && !registry.contains(id(k)) =>
             val before = used.size
             val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut = false, p :: above))
@@ -124,7 +124,7 @@ final class Checkpoints(cache: LineageCache) {
             used.remove(before, used.size - before)
             val c = make(p, inner, k, builtOn, "held by an earlier query")
             expect(c, above)
-            SparkShim.rebind(c.relation, p.output)
+            CheckpointRelations.rebind(c.relation, p.output)
           case key =>
             val before = used.size
             val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut, p :: above))
@@ -136,7 +136,7 @@ final class Checkpoints(cache: LineageCache) {
                   "iteration's result), checkpointed at its first occurrence so that this query's job computes it once"
                 cache.decide(Counter.PersistedSpeculatively, s"${k.hash}: $why")
                 val c = make(p, inner, k, builtOn, why)
-                SparkShim.rebind(c.relation, p.output)
+                CheckpointRelations.rebind(c.relation, p.output)
               case _ => inner
             }
         }
@@ -156,7 +156,7 @@ final class Checkpoints(cache: LineageCache) {
 
   /** Forgets the checkpoints under a materialized one: no plan memphis makes reads them again. */
   private def releaseSuperseded(): Unit = {
-    val materialized = registry.values.filter(c => SparkShim.isCheckpointed(c.rdd)).toSeq
+    val materialized = registry.values.filter(c => CheckpointRelations.isCheckpointed(c.rdd)).toSeq
     val superseded = materialized.flatMap(_.builtOn).filter(c => registry.get(c.id).exists(_ eq c)).distinct
     superseded.foreach(c => release(c, s"superseded: a checkpoint built on it is materialized"))
     materialized.foreach(_.builtOn = Nil)
@@ -179,7 +179,7 @@ final class Checkpoints(cache: LineageCache) {
   def held: Int = synchronized(registry.size)
 
   /** Bytes the held local checkpoints take in Spark storage. */
-  def storageBytes: Long = synchronized(registry.values.filter(_.folder.isEmpty).toSeq).map(c => SparkShim.storedBytes(c.rdd)).sum
+  def storageBytes: Long = synchronized(registry.values.filter(_.folder.isEmpty).toSeq).map(c => CheckpointRelations.storedBytes(c.rdd)).sum
 
   /** Bytes the held reliable checkpoints take in their folders on the local filesystem. */
   def localFileBytes: Long = synchronized(registry.values.flatMap(_.folder).toSeq).map(files.localBytes).sum

@@ -9,6 +9,7 @@ import org.apache.spark.sql.catalyst.expressions.{Alias, AttributeReference, Nam
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
+import org.apache.spark.sql.memphis.SparkShimImpl
 import org.apache.spark.sql.types.{StructField, StructType}
 
 /**
@@ -170,18 +171,16 @@ object LineageKey {
     }
 
     private def tableText(r: DataSourceV2Relation, sources: ArrayBuffer[SourceFingerprint]): String = {
-      val id = Option(r.table.id())
-      val version = Option(r.table.version())
-      if (id.isEmpty || version.isEmpty) {
-        throw new NoKey(s"table ${r.table.name()} names no id and version")
-      }
+      val (id, version) = SparkShimImpl.tableIdAndVersion(r.table)
+        .getOrElse(throw new NoKey(s"table ${r.table.name()} names no id and version"))
       val reload = () => for {
         catalog <- r.catalog
         ident <- r.identifier
-        v <- scala.util.Try(catalog.asInstanceOf[org.apache.spark.sql.connector.catalog.TableCatalog]
-          .loadTable(ident).version()).toOption.flatMap(Option(_))
+        table <- scala.util.Try(catalog.asInstanceOf[org.apache.spark.sql.connector.catalog.TableCatalog]
+          .loadTable(ident)).toOption
+        (_, v) <- SparkShimImpl.tableIdAndVersion(table)
       } yield v
-      sources += TableVersion(r.table.getClass.getName, id.get, version.get)(reload)
+      sources += TableVersion(r.table.getClass.getName, id, version)(reload)
       val options = r.options.asCaseSensitiveMap().entrySet().toArray.map(_.toString).sorted
       s"table(options=${options.map(Canonical.quote).mkString("[", ",", "]")}," +
         s"out=${output(r.output.collect { case a: AttributeReference => a })})"

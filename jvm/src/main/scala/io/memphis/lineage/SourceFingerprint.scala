@@ -35,7 +35,7 @@ object SourceFingerprint {
         if (DeltaVersion.isPinned(fs.location)) None else Some(pathsIdentity(fs.location.rootPaths.map(_.toString)))
       case _ => None
     }
-    case r: org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation => Option(r.table.id()).map(tableIdentity)
+    case r: org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation => org.apache.spark.sql.memphis.SparkShimImpl.tableIdAndVersion(r.table).map(t => tableIdentity(t._1))
     case _ => None
   }
 }

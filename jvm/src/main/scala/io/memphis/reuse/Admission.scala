@@ -7,7 +7,7 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
 import org.apache.spark.sql.catalyst.plans.{Cross, ExistenceJoin, Inner, LeftAnti, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.SparkShimImpl
 
 /**
  * Whether a due candidate subplan may be persisted: the last check before memphis registers it with
@@ -35,7 +35,7 @@ object Admission {
         "into it when the query is optimized, so on its own it is a cross product"))
     } else {
       try {
-        val estimate = estimatedBytes(SparkShim.optimize(session, subplan))
+        val estimate = estimatedBytes(SparkShimImpl.optimize(session, subplan))
         val share = BigInt((budgetBytes * MaxShare).toLong)
         if (estimate > share) {
           Left(Counter.RefusedEstimatedSize -> (s"not persisted: estimated output of $estimate bytes exceeds its share " +

@@ -14,7 +14,7 @@ import org.apache.spark.sql.catalyst.trees.TreeNodeTag
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.{PhysicalPlans, SparkRuntime, SparkShimImpl}
 
 /**
  * A broadcast an earlier query built: what it is, what its sources held then, and its exchange or
@@ -36,7 +36,7 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
  * Planning ([[BroadcastReuseRule]]) gives each broadcast exchange whose build side has a lineage
  * key that key (a plan tag that its copies keep); when the query's SQL execution ends well, the
  * broadcasts it built and that carry a key are registered here by their identity (the exchange's
- * canonical form, [[SparkShim.exchangeIdentity]]). A later exchange with the same identity and
+ * canonical form, [[PhysicalPlans.exchangeIdentity]]). A later exchange with the same identity and
  * the same lineage (same sources, same fingerprints, taken afresh while it is planned) reads the
  * registered broadcast. The identity alone is not enough: Spark's canonical forms compare file
  * sources by their paths, not by the files in them.
@@ -84,7 +84,7 @@ final class BroadcastRegistry(cache: LineageCache) {
         if (!r.key.sameLineage(key)) {
           release(r, Counter.BroadcastsReleased, "invalidated: a source of its build side changed")
           None
-        } else if (!SparkShim.broadcastBuilt(r.plan)) {
+        } else if (!PhysicalPlans.broadcastBuilt(r.plan)) {
           release(r, Counter.BroadcastsReleased, "its broadcast is no longer usable")
           None
         } else {
@@ -99,7 +99,7 @@ final class BroadcastRegistry(cache: LineageCache) {
     }
     find().orElse {
       if (synchronized(expected.contains(key.hash))) {
-        SparkShim.awaitListeners(cache.sparkContext, BroadcastRegistry.ListenerWaitMs)
+        SparkRuntime.awaitListeners(cache.sparkContext, BroadcastRegistry.ListenerWaitMs)
         find()
       } else None
     }.orElse {
@@ -111,7 +111,7 @@ final class BroadcastRegistry(cache: LineageCache) {
   }
 
   /** Whose broadcasts a query of this thread may read: the user's own, unless entries are shared. */
-  def scopeNow: String = if (cache.shareAcrossUsers) "" else SparkShim.currentUser
+  def scopeNow: String = if (cache.shareAcrossUsers) "" else SparkShimImpl.currentUser
 
   /** A broadcast with this key is planned: its query registers it when it ends. */
   def planned(key: LineageKey): Unit = synchronized {
@@ -122,8 +122,8 @@ final class BroadcastRegistry(cache: LineageCache) {
 
   /** A SQL execution ended: registers the broadcasts it built whose build side had a key. */
   def executionEnded(end: SparkListenerSQLExecutionEnd): Unit =
-    try SparkShim.builtBroadcasts(end).foreach { built =>
-      SparkShim.broadcastExchange(built).getTagValue(BroadcastRegistry.KeyTag).foreach(register(built, _))
+    try PhysicalPlans.builtBroadcasts(end).foreach { built =>
+      PhysicalPlans.broadcastExchange(built).getTagValue(BroadcastRegistry.KeyTag).foreach(register(built, _))
     } catch {
       case NonFatal(e) => LineageCache.log.warn(s"memphis: did not register the broadcasts of a query: $e", e)
     }
@@ -136,8 +136,8 @@ final class BroadcastRegistry(cache: LineageCache) {
   private def register(plan: SparkPlan, planned: PlannedBroadcast): Unit = synchronized {
     val key = planned.key
     expected -= key.hash
-    val identity = SparkShim.exchangeIdentity(plan)
-    val bytes = SparkShim.broadcastBytes(plan)
+    val identity = PhysicalPlans.exchangeIdentity(plan)
+    val bytes = PhysicalPlans.broadcastBytes(plan)
     val known = entries.get(identity -> planned.scope)
     if (!known.exists(_.plan eq plan)) { // the same plan run again registers nothing new
       known.foreach(release(_, Counter.BroadcastsReleased, "replaced by a newer build of the same broadcast"))
@@ -153,7 +153,7 @@ final class BroadcastRegistry(cache: LineageCache) {
           s"(${Admission.MaxShare} of the budget of $budget)")
       } else {
         entries(identity -> planned.scope) = new RetainedBroadcast(identity, planned.scope, key, plan, bytes,
-          SparkShim.broadcastCostMs(plan), System.currentTimeMillis())
+          PhysicalPlans.broadcastCostMs(plan), System.currentTimeMillis())
         cache.decide(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes, ${likely.get})")
         val order = entries.values.toSeq.sortBy(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.lastUse))
         order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget).foreach { r =>
@@ -167,7 +167,7 @@ final class BroadcastRegistry(cache: LineageCache) {
   def release(r: RetainedBroadcast, counter: Counter.Value, why: String): Unit = synchronized {
     if (entries.get(r.identity -> r.scope).exists(_ eq r)) {
       entries.remove(r.identity -> r.scope)
-      SparkShim.releaseBroadcast(r.plan)
+      PhysicalPlans.releaseBroadcast(r.plan)
       cache.decide(counter, s"released broadcast ${r.key.hash}: $why")
     }
   }
@@ -214,10 +214,10 @@ object BroadcastRegistry {
  */
 final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) extends Rule[SparkPlan] {
   override def apply(plan: SparkPlan): SparkPlan = {
-    val conf = SparkShim.sqlConf(session)
+    val conf = SparkShimImpl.sqlConf(session)
     // Under adaptive execution the columnar hook runs inside each stage, where an exchange is being
     // made a stage and must stay one: the query-stage hook did the work before.
-    val active = MemphisConf.Enabled.get(conf) && SparkShim.exchangeReuseEnabled(conf) &&
+    val active = MemphisConf.Enabled.get(conf) && SparkRuntime.exchangeReuseEnabled(conf) &&
       asQueryStage == conf.adaptiveExecutionEnabled
     if (!active || MemphisConf.BroadcastJoinMaxBytes.get(conf).contains(0L)) plan
     else {
@@ -231,28 +231,28 @@ final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) ext
   }
 
   private def substitute(plan: SparkPlan, conf: SQLConf): SparkPlan = {
-    val exchanges = SparkShim.broadcastsToBuild(plan)
+    val exchanges = PhysicalPlans.broadcastsToBuild(plan)
     if (exchanges.isEmpty) return plan
     val cache = LineageCache.forContext(session.sparkContext)
     // Read only for plans with broadcasts: it sums memphis's entries.
     val budget = cache.budgets(conf).joinBroadcastBudget
     if (budget <= 0) return plan
-    val context = SparkShim.keyContext(session)
+    val context = MemphisConf.keyContext(session)
     val reuses = new IdentityHashMap[SparkPlan, SparkPlan]
     exchanges.foreach { exchange =>
-      val key = SparkShim.broadcastBuildSide(exchange).map(LineageKey.of(_, context))
+      val key = PhysicalPlans.broadcastBuildSide(exchange).map(LineageKey.of(_, context))
         .getOrElse(Left("its build side's operators are not all planned from one logical plan"))
       key match {
         case Left(reason) => cache.decide(Counter.Refused, s"no reuse of a broadcast: $reason")
         case Right(k) =>
-          val identity = SparkShim.exchangeIdentity(exchange)
+          val identity = PhysicalPlans.exchangeIdentity(exchange)
           val scope = cache.broadcasts.scopeNow
-          cache.broadcasts.lookup(identity, scope, k, budget).flatMap(r => SparkShim.reuseBroadcast(r.plan, exchange, asQueryStage)) match {
+          cache.broadcasts.lookup(identity, scope, k, budget).flatMap(r => PhysicalPlans.reuseBroadcast(r.plan, exchange, asQueryStage)) match {
             case Some(reuse) =>
               reuses.put(exchange, reuse)
               cache.decide(Counter.BroadcastsReused, s"reuse broadcast ${k.hash}")
             case None =>
-              SparkShim.broadcastExchange(exchange).setTagValue(BroadcastRegistry.KeyTag, PlannedBroadcast(k, scope))
+              PhysicalPlans.broadcastExchange(exchange).setTagValue(BroadcastRegistry.KeyTag, PlannedBroadcast(k, scope))
               cache.broadcasts.planned(k)
           }
       }

@@ -1,7 +1,7 @@
 package io.memphis.reuse
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
 
 /**
  * The session memphis hands Spark's CacheManager to cache a subplan with: one clone of the user's
@@ -26,17 +26,17 @@ final class CachingSession {
   /** The session to cache `session`'s subplans with. */
   def of(session: SparkSession): SparkSession = {
     if (!user.exists(_ eq session)) {
-      cloned = Some(SparkShim.cloneSession(session))
+      cloned = Some(SparkShimImpl.cloneSession(session))
       user = Some(session)
       synced = None
     }
-    val settings = SparkShim.sqlConf(session).getAllConfs
+    val settings = SparkShimImpl.sqlConf(session).getAllConfs
     if (!synced.contains(settings)) {
-      val conf = SparkShim.sqlConf(cloned.get)
+      val conf = SparkShimImpl.sqlConf(cloned.get)
       conf.clear()
       settings.foreach { case (k, v) => conf.setConfString(k, v) }
-      SparkShim.CachedPlanConfsOff.foreach(conf.setConfString(_, "false"))
-      conf.setConfString(SparkShim.CachedPlanPartitioningConf, "true")
+      SparkRuntime.CachedPlanConfsOff.foreach(conf.setConfString(_, "false"))
+      conf.setConfString(SparkRuntime.CachedPlanPartitioningConf, "true")
       synced = Some(settings)
     }
     cloned.get

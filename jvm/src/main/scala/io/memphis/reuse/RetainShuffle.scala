@@ -7,7 +7,7 @@ import org.apache.spark.sql.catalyst.expressions.{Attribute, SortOrder}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
 import org.apache.spark.sql.catalyst.plans.physical.Partitioning
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.PhysicalPlans
 import org.apache.spark.sql.vectorized.ColumnarBatch
 
 /**
@@ -55,7 +55,7 @@ final case class RetainShuffleExec(entryId: String, child: SparkPlan) extends Un
 
   // Under adaptive execution the frontier stages have run by now; otherwise they run in this job.
   private def retain(): Unit =
-    LineageCache.forContext(sparkContext).retainShuffles(entryId, SparkShim.shuffleFrontier(child))
+    LineageCache.forContext(sparkContext).retainShuffles(entryId, PhysicalPlans.shuffleFrontier(child))
 
   override protected def withNewChildInternal(newChild: SparkPlan): RetainShuffleExec = copy(child = newChild)
 }

@@ -4,7 +4,7 @@ import java.util.IdentityHashMap
 
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.execution.SparkPlan
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.PhysicalPlans
 
 /**
  * Lets the second occurrence of an aggregate read the shuffle its first occurrence left behind
@@ -30,10 +30,10 @@ final class ShuffleReuseRule(asQueryStage: Boolean) extends Rule[SparkPlan] {
 
   private def substitute(plan: SparkPlan, offer: ShuffleReuseRule.Offer): SparkPlan = {
     val reuses = new IdentityHashMap[SparkPlan, SparkPlan]
-    SparkShim.shuffleFrontier(plan).foreach { exchange =>
-      val identity = SparkShim.exchangeIdentity(exchange)
-      offer.shuffles.find(r => SparkShim.exchangeIdentity(r) == identity && SparkShim.shuffleWritten(r))
-        .foreach(r => reuses.put(exchange, SparkShim.reuseShuffle(r, exchange, asQueryStage)))
+    PhysicalPlans.shuffleFrontier(plan).foreach { exchange =>
+      val identity = PhysicalPlans.exchangeIdentity(exchange)
+      offer.shuffles.find(r => PhysicalPlans.exchangeIdentity(r) == identity && PhysicalPlans.shuffleWritten(r))
+        .foreach(r => reuses.put(exchange, PhysicalPlans.reuseShuffle(r, exchange, asQueryStage)))
     }
     if (reuses.isEmpty) plan
     else {

@@ -4,7 +4,7 @@ import io.memphis.LineageCache
 import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
   SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
-import org.apache.spark.sql.memphis.SparkShim
+import org.apache.spark.sql.memphis.PhysicalPlans
 import org.apache.spark.storage.RDDBlockId
 
 /**
@@ -44,7 +44,7 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
   override def onOtherEvent(event: SparkListenerEvent): Unit = event match {
     case end: SparkListenerSQLExecutionEnd =>
       cache.readerEnded(end.executionId)
-      cache.executionEnded(end.executionId, end.time, SparkShim.executionFailed(end))
+      cache.executionEnded(end.executionId, end.time, PhysicalPlans.executionFailed(end))
       cache.broadcasts.executionEnded(end)
     case _ =>
   }

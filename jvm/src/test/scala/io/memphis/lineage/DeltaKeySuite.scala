@@ -6,7 +6,8 @@ import io.memphis.LineageCache
 import io.memphis.CacheStats.Counter
 import org.apache.spark.sql.{DataFrame, Dataset, SparkSession}
 import org.apache.spark.sql.functions.col
-import org.apache.spark.sql.memphis.SparkShim
+import io.memphis.MemphisConf
+import org.apache.spark.sql.memphis.SparkShimImpl
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -24,7 +25,7 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
   override def afterAll(): Unit = spark.stop()
 
   private def key(df: Dataset[_]): LineageKey =
-    LineageKey.of(SparkShim.analyzedPlan(df), SparkShim.keyContext(spark))
+    LineageKey.of(SparkShimImpl.analyzedPlan(df), MemphisConf.keyContext(spark))
       .fold(reason => fail(s"no key: $reason"), identity)
 
   private def latest: DataFrame = latest(path)

@@ -5,7 +5,8 @@ import java.nio.file.{Files, StandardCopyOption}
 
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.functions._
-import org.apache.spark.sql.memphis.SparkShim
+import io.memphis.MemphisConf
+import org.apache.spark.sql.memphis.SparkShimImpl
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -19,7 +20,7 @@ class LineageKeySuite extends AnyFunSuite with BeforeAndAfterAll {
   override def afterAll(): Unit = spark.stop()
 
   private def result(df: Dataset[_]): LineageKey.Result =
-    LineageKey.of(SparkShim.analyzedPlan(df), SparkShim.keyContext(spark))
+    LineageKey.of(SparkShimImpl.analyzedPlan(df), MemphisConf.keyContext(spark))
 
   private def key(df: Dataset[_]): LineageKey =
     result(df).fold(reason => fail(s"expected a key, got none: $reason"), identity)
@@ -118,7 +119,7 @@ class LineageKeySuite extends AnyFunSuite with BeforeAndAfterAll {
         case Left(why) => assert(why.toLowerCase.contains(reason), s"$expression: $why")
         case Right(k) => fail(s"$expression got key ${k.hash}")
       }
-      val subplans = LineageKey.ofSubplans(SparkShim.analyzedPlan(df), SparkShim.keyContext(spark))
+      val subplans = LineageKey.ofSubplans(SparkShimImpl.analyzedPlan(df), MemphisConf.keyContext(spark))
       assert(subplans.exists { case (_, r) => r.exists(_.hash == belowKey.hash) }, s"$expression: below lost its key")
     }
   }
@@ -164,6 +165,12 @@ class LineageKeySuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("a DSv2 table is keyed by its id and version, re-read from its catalog") {
     VersionedTableCatalog.put("t", Some("v1"), Seq(1L, 2L, 3L))
+    if (SparkShimImpl.tableIdAndVersion(VersionedTableCatalog.tables("t")).isEmpty) {
+      // Spark 4.0 has no Table.id()/version(): such a table gets no key and is recomputed.
+      assert(org.apache.spark.SPARK_VERSION.startsWith("4.0."))
+      assert(result(spark.table("versioned.t")).left.exists(_.contains("names no id and version")))
+      cancel("DSv2 table versions need Spark 4.1 or newer")
+    }
     val first = key(spark.table("versioned.t").where("v > 1"))
     assert(first.allSources.map(_.describe) == Seq(s"table id-of-t (${classOf[VersionedTable].getName}) at version v1"))
     assert(first.sourcesUnchanged)

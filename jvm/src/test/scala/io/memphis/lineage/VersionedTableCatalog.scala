@@ -13,7 +13,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 /**
  * A DSv2 catalog of one-column tables that name an id and a version, as lakehouse tables do
- * (`Table.id()`, `Table.version()`). Tests change a table by replacing it with a new version.
+ * (`Table.id()`, `Table.version()`, from Spark 4.1; [[VersionedTable]]). Tests change a table by
+ * replacing it with a new version.
  */
 class VersionedTableCatalog extends TableCatalog {
   override def name(): String = "versioned"
@@ -32,25 +33,20 @@ object VersionedTableCatalog {
   val tables = TrieMap.empty[String, VersionedTable]
 
   def put(name: String, version: Option[String], rows: Seq[Long]): Unit =
-    tables.put(name, new VersionedTable(name, version, rows))
+    tables.put(name, new VersionedTable(name, version.orNull, rows.toArray))
 }
 
-class VersionedTable(tableName: String, tableVersion: Option[String], rows: Seq[Long]) extends Table with SupportsRead {
-  override def name(): String = tableName
-  override def id(): String = s"id-of-$tableName"
-  override def version(): String = tableVersion.orNull
-  override def schema(): StructType = StructType(Seq(StructField("v", LongType)))
-  override def capabilities(): util.Set[TableCapability] = util.EnumSet.of(TableCapability.BATCH_READ)
+case class RowsPartition(rows: Seq[Long]) extends InputPartition
 
-  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = () => new Scan with Batch {
-    override def readSchema(): StructType = schema()
+/** The scan of a [[VersionedTable]]: its rows in one partition. */
+class RowsScanBuilder(schema: StructType, rows: Seq[Long]) extends ScanBuilder {
+  override def build(): Scan = new Scan with Batch {
+    override def readSchema(): StructType = schema
     override def toBatch: Batch = this
     override def planInputPartitions(): Array[InputPartition] = Array(RowsPartition(rows))
     override def createReaderFactory(): PartitionReaderFactory = RowsReaderFactory
   }
 }
-
-case class RowsPartition(rows: Seq[Long]) extends InputPartition
 
 object RowsReaderFactory extends PartitionReaderFactory {
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] = new PartitionReader[InternalRow] {

@@ -3,14 +3,14 @@ package org.apache.spark.sql.memphis
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 
-/** Spark internals the tests reach for, in Spark's package as [[SparkShim]] is. */
+/** Spark internals the tests reach for, in Spark's package as [[SparkShims]] is. */
 object CacheTestShim {
   /**
    * Builds the RDD of the cached relation Spark holds for `plan` without running a job (adaptive
    * execution off), as the first job that reads it would: its (id, partitions).
    */
   def buildCachedRdd(session: SparkSession, plan: LogicalPlan): Option[(Int, Int)] =
-    SparkShim.cacheManager(session).lookupCachedData(SparkShim.classic(session), plan).map { cached =>
+    SparkShimImpl.lookupCachedData(session, plan).map { cached =>
       val rdd = cached.cachedRepresentation.cacheBuilder.cachedColumnBuffers
       rdd.id -> rdd.getNumPartitions
     }
@@ -25,6 +25,6 @@ object CacheTestShim {
   private def cachedData(session: SparkSession): Seq[org.apache.spark.sql.execution.CachedData] = {
     val field = classOf[org.apache.spark.sql.execution.CacheManager].getDeclaredField("cachedData")
     field.setAccessible(true)
-    field.get(SparkShim.cacheManager(session)).asInstanceOf[scala.collection.Seq[org.apache.spark.sql.execution.CachedData]].toSeq
+    field.get(SparkShimImpl.cacheManager(session)).asInstanceOf[scala.collection.Seq[org.apache.spark.sql.execution.CachedData]].toSeq
   }
 }

@@ -1,0 +1,91 @@
+package org.apache.spark.sql.memphis
+
+import java.util.Properties
+
+import org.apache.spark.{SPARK_VERSION, SparkContext, SparkEnv}
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.Attribute
+import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
+import org.apache.spark.sql.internal.SQLConf
+
+/**
+ * The running Spark as memphis reads it: its line, context, confs, storage and listeners. The same
+ * on every Spark line; what differs goes through [[SparkShimImpl]].
+ */
+object SparkRuntime {
+  /** The Spark line (major.minor) this jar was built for, which the build writes into the jar. */
+  val BuiltForLine: String = {
+    val properties = new Properties()
+    val in = getClass.getResourceAsStream("/io/memphis/build.properties")
+    try properties.load(in) finally in.close()
+    properties.getProperty("spark.line")
+  }
+
+  /** Why the running Spark cannot host this build, if it cannot. */
+  def unsupportedSparkReason(version: String = SPARK_VERSION): Option[String] =
+    if (version == BuiltForLine || version.startsWith(BuiltForLine + ".")) None
+    else Some(s"this memphis jar is built for Spark $BuiltForLine.x but this is Spark $version; " +
+      s"use the memphis jar built for Spark ${version.split('.').take(2).mkString(".")} (memphis.jar_path() picks it)")
+
+  /** The running SparkContext; extensions are applied after it starts. */
+  def activeSparkContext: Option[SparkContext] = SparkContext.getActive
+
+  /**
+   * Registers a string-valued SQL conf, so that `spark.conf.set` rejects a bad value on the spot
+   * and `SET -v` lists the key with its doc.
+   */
+  def registerSqlConf(key: String, default: String, doc: String, isValid: String => Boolean,
+      allowed: String, static: Boolean): Unit =
+    (if (static) SQLConf.buildStaticConf(key) else SQLConf.buildConf(key)).doc(doc).version("memphis 0.1.0").stringConf
+      .checkValue(isValid, s"Allowed: $allowed.").createWithDefault(default)
+
+  /** Host and port of the driver's block manager, to tell driver storage from executors'. */
+  def driverBlockManagerHostPort: Option[(String, Int)] =
+    Option(SparkEnv.get).map(env => (env.blockManager.blockManagerId.host,
+      env.blockManager.blockManagerId.port))
+
+  /** Spark's local directories on this machine (shuffle files, spilled blocks). */
+  def localDirs: Seq[java.io.File] =
+    Option(SparkEnv.get).toSeq.flatMap(_.blockManager.diskBlockManager.localDirs.toSeq.map(_.getParentFile)).distinct
+
+  /**
+   * What Spark's CacheManager turns off in the session a plan is cached with when the cached plan
+   * may change its output partitioning (it clones the session unless these are already off).
+   */
+  val CachedPlanConfsOff: Seq[String] = Seq(SQLConf.AUTO_BUCKETED_SCAN_ENABLED.key)
+
+  /** Lets adaptive execution change a cached plan's partitioning (coalesce its partitions). */
+  val CachedPlanPartitioningConf: String = SQLConf.CAN_CHANGE_CACHED_PLAN_OUTPUT_PARTITIONING.key
+
+  /**
+   * The name of the cached relation Spark would substitute for `plan` (None: nothing cached; Some(None):
+   * cached without a name). Its RDD is not touched: building it would run an adaptive plan's stages.
+   */
+  def cachedRelationName(session: SparkSession, plan: LogicalPlan): Option[Option[String]] =
+    SparkShimImpl.lookupCachedData(session, plan).map(_.cachedRepresentation.cacheBuilder.tableName)
+
+  /** The table name and partition count of a cached relation's RDD. */
+  def persistedRdd(sc: SparkContext, rddId: Int): Option[(String, Int)] =
+    sc.getPersistentRDDs.get(rddId).flatMap((rdd: RDD[_]) => cachedTableName(rdd.name).map(_ -> rdd.getNumPartitions))
+
+  /** The table name in a cached relation's RDD name ("In-memory table <name>"), if it is one. */
+  def cachedTableName(rddName: String): Option[String] =
+    Option(rddName).filter(_.startsWith(CachedRddPrefix)).map(_.stripPrefix(CachedRddPrefix))
+
+  private val CachedRddPrefix = "In-memory table "
+
+  def localRelation(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
+    LocalRelation(output, rows)
+
+  /**
+   * Waits (at most `timeoutMs`) until Spark's listeners have seen every event posted so far: a
+   * query's end reaches listeners asynchronously, and the next query may be planned before.
+   */
+  def awaitListeners(sc: SparkContext, timeoutMs: Long): Unit =
+    try sc.listenerBus.waitUntilEmpty(timeoutMs) catch { case _: java.util.concurrent.TimeoutException => }
+
+  /** Whether Spark's own exchange reuse is on (`spark.sql.exchange.reuse`): memphis's follows it. */
+  def exchangeReuseEnabled(conf: SQLConf): Boolean = conf.exchangeReuseEnabled
+}
