@@ -35,7 +35,7 @@ final class CachingSession {
       val conf = SparkShimImpl.sqlConf(cloned.get)
       conf.clear()
       settings.foreach { case (k, v) => conf.setConfString(k, v) }
-      SparkRuntime.CachedPlanConfsOff.foreach(conf.setConfString(_, "false"))
+      SparkShimImpl.cachedPlanConfsOff.foreach(conf.setConfString(_, "false"))
       conf.setConfString(SparkRuntime.CachedPlanPartitioningConf, "true")
       synced = Some(settings)
     }

@@ -59,7 +59,7 @@ object PhysicalPlans {
     }
     stageOk && (SparkEnv.get.mapOutputTracker match {
       case master: MapOutputTrackerMaster =>
-        master.findMissingPartitions(SparkShimImpl.shuffleId(shuffleOf(retained))).exists(_.isEmpty)
+        SparkShimImpl.shuffleId(shuffleOf(retained)).exists(id => master.findMissingPartitions(id).exists(_.isEmpty))
       case _ => false
     })
   }

@@ -50,12 +50,6 @@ object SparkRuntime {
   def localDirs: Seq[java.io.File] =
     Option(SparkEnv.get).toSeq.flatMap(_.blockManager.diskBlockManager.localDirs.toSeq.map(_.getParentFile)).distinct
 
-  /**
-   * What Spark's CacheManager turns off in the session a plan is cached with when the cached plan
-   * may change its output partitioning (it clones the session unless these are already off).
-   */
-  val CachedPlanConfsOff: Seq[String] = Seq(SQLConf.AUTO_BUCKETED_SCAN_ENABLED.key)
-
   /** Lets adaptive execution change a cached plan's partitioning (coalesce its partitions). */
   val CachedPlanPartitioningConf: String = SQLConf.CAN_CHANGE_CACHED_PLAN_OUTPUT_PARTITIONING.key
 

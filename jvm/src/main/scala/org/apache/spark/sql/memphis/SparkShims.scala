@@ -38,6 +38,12 @@ trait SparkShims {
   /** The cached relation Spark would substitute for `plan` (analyzed), as Spark's CacheManager matches it. */
   def lookupCachedData(session: SparkSession, plan: LogicalPlan): Option[CachedData]
 
+  /**
+   * What Spark's CacheManager turns off in the session a plan is cached with when the cached plan
+   * may change its output partitioning (it clones the session unless these are already off).
+   */
+  def cachedPlanConfsOff: Seq[String]
+
   /** Caches `plan` (analyzed) planned with `session`, as `Dataset.persist` would. */
   def cacheQuery(session: SparkSession, plan: LogicalPlan, name: Option[String], level: StorageLevel): Unit
 
@@ -50,8 +56,8 @@ trait SparkShims {
   /** The user a query runs as, by Spark's own rule (what `current_user()` returns). */
   def currentUser: String
 
-  /** The shuffle an exchange writes (its id in the MapOutputTracker). */
-  def shuffleId(exchange: ShuffleExchangeLike): Int
+  /** The shuffle an exchange writes (its id in the MapOutputTracker), where the line can tell. */
+  def shuffleId(exchange: ShuffleExchangeLike): Option[Int]
 
   /** Whether Spark keeps a query's shuffle files after it ends (it does unless told to clean up). */
   def shuffleFilesKept(conf: SQLConf): Boolean

@@ -33,6 +33,8 @@ trait Spark4Shims extends SparkShims {
   def lookupCachedData(session: SparkSession, plan: LogicalPlan): Option[CachedData] =
     cacheManager(session).lookupCachedData(classicSession(session), plan)
 
+  def cachedPlanConfsOff: Seq[String] = Seq(SQLConf.AUTO_BUCKETED_SCAN_ENABLED.key)
+
   def cacheQuery(session: SparkSession, plan: LogicalPlan, name: Option[String], level: StorageLevel): Unit =
     cacheManager(session).cacheQuery(classicSession(session), plan, name, level)
 
@@ -44,5 +46,5 @@ trait Spark4Shims extends SparkShims {
 
   def currentUser: String = CurrentUserContext.getCurrentUser
 
-  def shuffleId(exchange: ShuffleExchangeLike): Int = exchange.shuffleId
+  def shuffleId(exchange: ShuffleExchangeLike): Option[Int] = Some(exchange.shuffleId)
 }
