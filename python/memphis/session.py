@@ -57,7 +57,7 @@ def configure_spark(builder, **options):
     >>> builder = SparkSession.builder.master("local[2]").appName("features")
     >>> spark = memphis.configure_spark(builder, storage_fraction=0.5).getOrCreate()  # doctest: +SKIP
     """
-    _jvm.check_spark_version()
+    jar = _jvm.jar_path()  # fails first, with one line, where memphis has no jar for this Spark
     problem = _running_jvm_problem()
     if problem:
         raise MemphisSetupError(problem)
@@ -66,7 +66,7 @@ def configure_spark(builder, **options):
     if SparkContext._gateway is None:
         _jvm.check_java()
     current = {**spark_defaults(), **builder._options}
-    builder.config("spark.jars", append_csv(current.get("spark.jars"), _jvm.jar_path()))
+    builder.config("spark.jars", append_csv(current.get("spark.jars"), jar))
     builder.config("spark.sql.extensions", append_csv(current.get("spark.sql.extensions"), _jvm.EXTENSION_CLASS))
     for name, value in options.items():
         builder.config(option_key(name), conf_value(value))

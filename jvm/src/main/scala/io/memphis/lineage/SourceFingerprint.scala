@@ -6,6 +6,7 @@ import scala.collection.mutable.ArrayBuffer
 
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
+import org.apache.spark.sql.memphis.SparkShimImpl
 
 /**
  * What a source held when a key was computed. `recheck()` looks again (a fresh listing, not
@@ -35,7 +36,8 @@ object SourceFingerprint {
         if (DeltaVersion.isPinned(fs.location)) None else Some(pathsIdentity(fs.location.rootPaths.map(_.toString)))
       case _ => None
     }
-    case r: org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation => org.apache.spark.sql.memphis.SparkShimImpl.tableIdAndVersion(r.table).map(t => tableIdentity(t._1))
+    case r: org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation =>
+      SparkShimImpl.tableIdAndVersion(r.table).map { case (id, _) => tableIdentity(id) }
     case _ => None
   }
 }

@@ -24,9 +24,6 @@ class VersionedTableCatalog extends TableCatalog {
   override def loadTable(ident: Identifier): Table = VersionedTableCatalog.tables(ident.name())
   override def createTable(ident: Identifier, columns: Array[Column], partitions: Array[Transform],
       properties: util.Map[String, String]): Table = throw new UnsupportedOperationException
-  // Abstract in Spark 3.5, replaced by the Column form above from 4.0.
-  override def createTable(ident: Identifier, schema: StructType, partitions: Array[Transform],
-      properties: util.Map[String, String]): Table = throw new UnsupportedOperationException
   override def alterTable(ident: Identifier, changes: TableChange*): Table = throw new UnsupportedOperationException
   override def dropTable(ident: Identifier): Boolean = VersionedTableCatalog.tables.remove(ident.name()).isDefined
   override def renameTable(from: Identifier, to: Identifier): Unit = throw new UnsupportedOperationException
