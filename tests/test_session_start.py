@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 
+import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
@@ -146,7 +147,7 @@ def test_cli_without_java_prints_one_line(tmp_path):
                             env=env, timeout=120)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("memphis: Spark 4 needs Java 17 or newer"), result.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"memphis: Spark {_jvm.spark_line(pyspark.__version__)} needs Java "), result.stderr
 
 
 def test_configure_spark_refuses_a_running_context_without_the_extension(no_spark):

@@ -11,7 +11,11 @@ EXTENSION_CLASS = "io.memphis.MemphisSparkSessionExtension"
 JAR_DIR = os.path.join(os.path.dirname(__file__), "jars")
 # memphis-spark-<Spark line>_<Scala version>-<memphis version>.jar, one per line the build made.
 _JAR_NAME = re.compile(r"memphis-spark-(\d+\.\d+)_(\d+\.\d+)-[^/]*\.jar$")
-MIN_JAVA = 17
+
+
+def min_java(line: str) -> int:
+    """The oldest Java a Spark line runs on: 8 for Spark 3.5, 17 from Spark 4."""
+    return 8 if int(line.split(".")[0]) < 4 else 17
 
 
 def shipped_jars() -> dict:
@@ -68,20 +72,28 @@ def check_spark_version(version: str = None) -> None:
     jar_path(version)
 
 
-def java_executable() -> str:
+def _installed_spark_line() -> str:
+    import pyspark
+
+    return spark_line(pyspark.__version__)
+
+
+def java_executable(line: str = None) -> str:
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     if not java or not os.access(java, os.X_OK):
+        line = line or _installed_spark_line()
         where = f"JAVA_HOME={home} has no bin/java" if home else "no `java` on PATH and JAVA_HOME is unset"
         raise MemphisSetupError(
-            f"Spark 4 needs Java {MIN_JAVA} or newer, and none was found ({where}); "
-            f"install a JDK {MIN_JAVA} (e.g. `apt install openjdk-17-jdk-headless`) or set JAVA_HOME")
+            f"Spark {line} needs Java {min_java(line)} or newer, and none was found ({where}); "
+            f"install a JDK 17 (e.g. `apt install openjdk-17-jdk-headless`) or set JAVA_HOME")
     return java
 
 
 def check_java() -> None:
     """Fails with one clear message when Spark's JVM could not start, instead of a py4j trace."""
-    java = java_executable()
+    line = _installed_spark_line()
+    java = java_executable(line)
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
     except (OSError, subprocess.SubprocessError) as e:
@@ -90,10 +102,10 @@ def check_java() -> None:
     if not match:
         raise MemphisSetupError(f"could not read the Java version from `{java} -version`: {out.strip()[:200]}")
     major = int(match.group(2) if match.group(1) == "1" else match.group(1))
-    if major < MIN_JAVA:
+    if major < min_java(line):
         raise MemphisSetupError(
-            f"Spark 4 needs Java {MIN_JAVA} or newer, but {java} is Java {major}; "
-            f"install a JDK {MIN_JAVA} and point JAVA_HOME at it")
+            f"Spark {line} needs Java {min_java(line)} or newer, but {java} is Java {major}; "
+            f"install a JDK 17 and point JAVA_HOME at it")
 
 
 _facades = {}

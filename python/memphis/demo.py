@@ -16,6 +16,7 @@ import numpy as np
 from pyspark.sql import functions as F
 
 from memphis.bench import Workload, difference, pyplot
+from memphis.local.exchange import to_arrow
 
 LAMBDAS = np.logspace(-2, 4, 13)
 GROUPS = 64  # product groups: the feature columns (Spark pivots them, so each costs it an aggregate)
@@ -95,7 +96,7 @@ class Tools:
         import memphis
 
         self.collect = (lambda df: memphis.collect(df, as_="numpy")) if memphis_on else \
-            (lambda df: df.toArrow().to_pandas().to_numpy(dtype=float))
+            (lambda df: to_arrow(df).to_pandas().to_numpy(dtype=float))
         self.array = memphis.array if memphis_on else np.asarray
 
 

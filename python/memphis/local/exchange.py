@@ -14,7 +14,7 @@ FORMATS = ("arrow", "numpy", "pandas")
 def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arrow"):
     """The result of ``df`` on the driver, collected once per lineage key and reused after.
 
-    The result is fetched through Arrow (``df.toArrow()``) and held in the host tier under the
+    The result is fetched through Arrow (``df.toArrow()``, or its equal on pyspark 3.5) and held in the host tier under the
     DataFrame's JVM lineage key (:func:`memphis.lineage_key`) and its column names and types (the
     key ignores aliases): collecting the same data again, through any DataFrame with that key,
     runs no Spark job. A changed source (a file added, a table written) changes the key, so it is
@@ -77,12 +77,24 @@ def _collect_item(df):
     return LineageItem("collect", literals=(("key", key), ("schema", df.schema.json())))
 
 
+def to_arrow(df):
+    """``df``'s result as an Arrow table: ``DataFrame.toArrow()``, or on pyspark 3.5, which lacks it,
+    a table of the Arrow batches ``toPandas()`` collects."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    batches = df._collect_as_arrow()
+    return pa.Table.from_batches(batches) if batches else to_arrow_schema(df.schema).empty_table()
+
+
 def _table(df, item=None):
     """``df``'s result as an Arrow table, from the host tier when its key was collected before."""
     item = item or _collect_item(df)
     if item is None:
-        return df.toArrow()
-    return config.tier().get_or_compute(item.key, df.toArrow, item=item)
+        return to_arrow(df)
+    return config.tier().get_or_compute(item.key, lambda: to_arrow(df), item=item)
 
 
 def _on_gpu(df, as_: str):

@@ -47,6 +47,13 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** Seen entries that keep their first occurrence's shuffles, oldest first (bounded by a conf). */
   private val retaining = mutable.LinkedHashSet.empty[CacheEntry]
   /**
+   * The plans of entries whose RDD was unpersisted outside memphis, newest last. Spark may hold a new
+   * relation for such a plan: its CacheManager re-caches the plans over a path a writer refreshes
+   * (Delta 3 on Spark 3.5 does at each commit), and memphis, which no longer tracks it, uncaches it
+   * at a later query (not while Spark re-caches: the relation returns only at the end).
+   */
+  private val replacedOutside = mutable.LinkedHashSet.empty[LogicalPlan]
+  /**
    * Aggregates first met inside a query (not as its root), newest last, at most
    * [[LineageCache.RecentAggregates]]: when at least half of them recurred, the session is looking at
    * shared aggregates from several sides, and the next such one is persisted at its first occurrence
@@ -127,6 +134,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val results = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session))
     synchronized {
       this.session = Some(session)
+      uncacheReplaced(session)
       dropStale(session, plan, results)
     }
     val minOccurrences = MemphisConf.MinOccurrences.get(SQLConf.get)
@@ -478,6 +486,16 @@ final class LineageCache private (val sparkContext: SparkContext) {
     }
   }
 
+  /** Lets go of the relations Spark re-cached for entries unpersisted outside memphis ([[replacedOutside]]). */
+  private def uncacheReplaced(session: SparkSession): Unit = if (replacedOutside.nonEmpty) {
+    if (SparkShimImpl.cacheManager(session).isEmpty) replacedOutside.clear()
+    replacedOutside.filter(SparkShimImpl.lookupCachedData(session, _).isDefined).toSeq.foreach { p =>
+      ReuseRule.suspended(SparkShimImpl.uncacheQuery(session, p))
+      log.debug("memphis: uncached a relation Spark re-cached for a plan memphis let go")
+      replacedOutside -= p
+    }
+  }
+
   /** Unpersists `e` and every held entry built on it. */
   private def invalidate(session: SparkSession, e: CacheEntry, why: String): Unit = {
     val dependents = entries.values.filter(d => (d ne e) && EntryState.Holding.contains(d.state) &&
@@ -642,6 +660,10 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   def rddUnpersisted(rddId: Int): Unit = synchronized {
     byRdd.get(rddId).foreach { e =>
+      e.plan.foreach { p =>
+        replacedOutside += p
+        if (replacedOutside.size > LineageCache.MaxReplaced) replacedOutside -= replacedOutside.head
+      }
       forget(e)
       e.state = EntryState.Evicted
       e.reason = "unpersisted outside memphis"
@@ -693,6 +715,9 @@ object LineageCache {
 
   /** How many entries that hold nothing are remembered; each keeps only its key. */
   val MaxRemembered = 10000
+
+  /** How many plans unpersisted outside memphis are looked for among Spark's cached relations. */
+  val MaxReplaced = 16
 
   /** How many running SQL executions are followed for [[LineageCache.executionEnded]] (more are not judged). */
   val MaxRunning = 1000

@@ -136,6 +136,22 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
     assert(spark.conf.getOption(partitioning) == userValue, "the user's session keeps its own value")
   }
 
+  test("a relation Spark re-caches when a write refreshes its path is let go; answers follow the files") {
+    val spark = newSession()
+    val dir = java.nio.file.Files.createTempDirectory("memphis-refresh").resolve("t").toString
+    spark.range(100).write.parquet(dir)
+    def total(): Long = spark.read.parquet(dir).selectExpr("id % 3 AS b").groupBy("b").count().collect().map(_.getLong(1)).sum
+    val stats = LineageCache.forContext(spark.sparkContext).stats
+    assert(Seq.fill(3)(total()) == Seq(100, 100, 100) && stats.get(CacheStats.Counter.Hits) == 1)
+    assert(CacheTestShim.cachedPlans(spark).size == 1)
+    // Spark's own append re-caches every cached plan over the path (CacheManager.recacheByPath): the
+    // relation memphis persisted is replaced by one it does not know of.
+    spark.range(100, 130).write.mode("append").parquet(dir)
+    SparkRuntime.awaitListeners(spark.sparkContext, 30000)
+    assert(total() == 130)
+    assert(CacheTestShim.cachedPlans(spark).isEmpty, "Spark holds no relation memphis let go")
+  }
+
   test("a jar accepts its own Spark line only") {
     val line = SparkRuntime.BuiltForLine
     assert(org.apache.spark.SPARK_VERSION.startsWith(line + "."), "the build's line is the Spark it compiled against")

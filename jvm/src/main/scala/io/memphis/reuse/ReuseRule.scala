@@ -25,7 +25,9 @@ import org.apache.spark.sql.internal.SQLConf
  */
 final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan = {
-    if (ReuseRule.suspendedHere.get()) plan
+    // A plan under a mark at its root is one memphis cached, planned again by Spark's CacheManager
+    // (a re-cache after a write to its source): not a query.
+    if (ReuseRule.suspendedHere.get() || plan.isInstanceOf[OwnerMark]) plan
     else ReuseRule.suspended {
       try {
         val cache = LineageCache.forContext(session.sparkContext)

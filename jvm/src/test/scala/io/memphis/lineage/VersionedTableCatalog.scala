@@ -22,7 +22,8 @@ class VersionedTableCatalog extends TableCatalog {
   override def listTables(namespace: Array[String]): Array[Identifier] =
     VersionedTableCatalog.tables.keys.map(Identifier.of(Array.empty, _)).toArray
   override def loadTable(ident: Identifier): Table = VersionedTableCatalog.tables(ident.name())
-  override def createTable(ident: Identifier, columns: Array[Column], partitions: Array[Transform],
+  // The schema form of createTable: abstract in 3.5, and what the column form calls on later lines.
+  override def createTable(ident: Identifier, schema: StructType, partitions: Array[Transform],
       properties: util.Map[String, String]): Table = throw new UnsupportedOperationException
   override def alterTable(ident: Identifier, changes: TableChange*): Table = throw new UnsupportedOperationException
   override def dropTable(ident: Identifier): Boolean = VersionedTableCatalog.tables.remove(ident.name()).isDefined
