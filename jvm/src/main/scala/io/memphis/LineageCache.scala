@@ -340,9 +340,11 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * subplans that contain it). What is worth sharing between queries submitted together.
    */
   def candidateKeys(session: SparkSession, plan: LogicalPlan): Seq[(LineageKey, Seq[String])] = {
-    val keyed = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).collect {
+    val found = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).collect {
       case (subplan, Right(key)) if LineageCache.isCandidate(subplan, plan) => key
-    }.distinctBy(_.hash)
+    }
+    val hashes = mutable.Set.empty[String]
+    val keyed = found.filter(k => hashes.add(k.hash))
     keyed.map(k => k -> keyed.filter(o => (o ne k) && LineageCache.contains(o, k.hash)).map(_.hash))
   }
 

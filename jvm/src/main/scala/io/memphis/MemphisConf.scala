@@ -2,6 +2,8 @@ package io.memphis
 
 import java.util.Locale
 
+import scala.util.Try
+
 import io.memphis.lineage.KeyContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.internal.SQLConf
@@ -46,18 +48,18 @@ object MemphisConf {
     Prefix + "lineage.maxListedFiles", "100000", "a whole number from 1 to 100000000",
     "Most files memphis lists to fingerprint one file source; a larger source gets no lineage key " +
       "(it is not reused), so that a key never costs more than a bounded listing.")(
-    v => v.trim.toIntOption.filter(n => n >= 1 && n <= 100000000))
+    wholeNumber(1, 100000000))
 
   val MinOccurrences: Entry[Int] = Entry(
     Prefix + "reuse.minOccurrences", "2", "a whole number from 1 to 1000",
     "On which occurrence of a subplan memphis persists it (delayed caching): 2 persists what recurs, 1 everything.")(
-    v => v.trim.toIntOption.filter(n => n >= 1 && n <= 1000))
+    wholeNumber(1, 1000))
 
   val RetainedShuffles: Entry[Int] = Entry(
     Prefix + "reuse.retainedShuffles", "16", "a whole number from 0 to 10000",
     "How many first occurrences of aggregates keep their shuffle output for the second occurrence to " +
       "persist from (0: none; the first occurrence then plans as plain Spark would).")(
-    v => v.trim.toIntOption.filter(n => n >= 0 && n <= 10000))
+    wholeNumber(0, 10000))
 
   val PersistAhead: Entry[Boolean] = Entry(
     Prefix + "reuse.persistAhead", "true", "a boolean (true or false)",
@@ -74,14 +76,14 @@ object MemphisConf {
     Prefix + "checkpoint.minHeight", "40", "a whole number from 2 to 100000",
     "Height of an analyzed plan past which memphis cuts a loop-carried subplan (one an earlier query " +
       "also held this deep) by a lazy local checkpoint.")(
-    v => v.trim.toIntOption.filter(n => n >= 2 && n <= 100000))
+    wholeNumber(2, 100000))
 
   val CheckpointDir: Entry[String] = Entry(
     Prefix + "checkpoint.dir", "", "a directory path or Hadoop URI that memphis can create and write " +
       "(empty means local checkpoints)",
     "Where memphis writes reliable checkpoints of loop-carried subplans (one folder per application); " +
       "empty keeps lazy local checkpoints in Spark storage.")(
-    v => Some(v.trim).filter(d => d.isEmpty || scala.util.Try(new org.apache.hadoop.fs.Path(d)).isSuccess))
+    v => Some(v.trim).filter(d => d.isEmpty || Try(new org.apache.hadoop.fs.Path(d)).isSuccess))
 
   val LoopSpeculative: Entry[Boolean] = Entry(
     Prefix + "loop.speculative", "true", "a boolean (true or false)",
@@ -144,7 +146,7 @@ object MemphisConf {
     RetainedShuffles, PersistAhead, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir,
     LoopSpeculative, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DriverHeapFraction, DriverPressureThreshold,
     LocalDiskFraction, DiskDir, DiskMaxBytes, GpuMemoryFraction)
-  private val byKey = All.map(e => e.key -> e).toMap
+  private val byKey: Map[String, Entry[_]] = All.map(e => e.key -> e).toMap[String, Entry[_]]
 
   All.foreach(e => SparkRuntime.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed, e.static))
 
@@ -194,14 +196,18 @@ object MemphisConf {
     case _ => None
   }
 
-  private def parseFraction(v: String): Option[Double] = v.trim.toDoubleOption.filter(f => f > 0 && f <= 1)
+  private def parseFraction(v: String): Option[Double] = Try(v.trim.toDouble).toOption.filter(f => f > 0 && f <= 1)
+
+  /** A parser of whole numbers from `min` to `max`. */
+  private def wholeNumber(min: Int, max: Int)(v: String): Option[Int] =
+    Try(v.trim.toInt).toOption.filter(n => n >= min && n <= max)
 
   private val ByteSize = """(?i)\s*(\d+)\s*([kmgtp]?)b?\s*""".r
 
   def parseBytes(v: String): Option[Long] = v match {
     case ByteSize(n, unit) =>
       val shift = if (unit.isEmpty) 0 else "kmgtp".indexOf(unit.toLowerCase(Locale.ROOT)) + 1
-      n.toLongOption.filter(x => shift == 0 || x <= (Long.MaxValue >> (10 * shift))).map(_ << (10 * shift))
+      Try(n.toLong).toOption.filter(x => shift == 0 || x <= (Long.MaxValue >> (10 * shift))).map(_ << (10 * shift))
     case _ => None
   }
 }

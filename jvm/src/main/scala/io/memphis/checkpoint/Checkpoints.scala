@@ -205,5 +205,5 @@ object Checkpoints {
   private def pathTo(key: LineageKey, target: LineageKey): Option[Seq[(String, Int)]] =
     if (key.hash == target.hash) Some(Nil)
     else key.children.iterator.zipWithIndex.filter(_._1.height >= target.height)
-      .flatMap { case (c, i) => pathTo(c, target).map((key.local, i) +: _) }.nextOption()
+      .flatMap { case (c, i) => pathTo(c, target).map((key.local, i) +: _) }.take(1).toList.headOption
 }
