@@ -3,7 +3,6 @@ package io.memphis
 import java.lang.management.{ManagementFactory, MemoryNotificationInfo, MemoryPoolMXBean, MemoryType}
 import javax.management.{Notification, NotificationEmitter, NotificationListener}
 
-import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
 /**
@@ -20,8 +19,8 @@ final class HeapPressure(threshold: Double) {
   private var handled = 0L
 
   /** The pool that holds long-lived objects: the heap pool with both usage thresholds (G1's old generation). */
-  private val pool: Option[MemoryPoolMXBean] = ManagementFactory.getMemoryPoolMXBeans.asScala.find(p =>
-    p.getType == MemoryType.HEAP && p.isUsageThresholdSupported && p.isCollectionUsageThresholdSupported)
+  private val pool: Option[MemoryPoolMXBean] = ManagementFactory.getMemoryPoolMXBeans.toArray(Array.empty[MemoryPoolMXBean])
+    .find(p => p.getType == MemoryType.HEAP && p.isUsageThresholdSupported && p.isCollectionUsageThresholdSupported)
 
   pool.foreach { p =>
     val max = if (p.getUsage.getMax > 0) p.getUsage.getMax else Runtime.getRuntime.maxMemory

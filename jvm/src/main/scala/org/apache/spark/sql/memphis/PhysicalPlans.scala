@@ -54,7 +54,7 @@ object PhysicalPlans {
   /** Whether every map output of a retained shuffle (from [[shuffleFrontier]]) is registered now. */
   def shuffleWritten(retained: SparkPlan): Boolean = {
     val stageOk = retained match {
-      case s: ShuffleQueryStageExec => s.isMaterialized && !s.hasFailed
+      case s: ShuffleQueryStageExec => SparkShimImpl.stageSucceeded(s)
       case _ => true
     }
     stageOk && (SparkEnv.get.mapOutputTracker match {
@@ -147,7 +147,7 @@ object PhysicalPlans {
    */
   def broadcastBuilt(retained: SparkPlan): Boolean = {
     val stageOk = retained match {
-      case s: BroadcastQueryStageExec => s.isMaterialized && !s.hasFailed
+      case s: BroadcastQueryStageExec => SparkShimImpl.stageSucceeded(s)
       case _ => true
     }
     stageOk && broadcastExchange(retained).completionFuture.value.exists(_.isSuccess)

@@ -5,6 +5,7 @@ import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.execution.{CacheManager, CachedData}
+import org.apache.spark.sql.execution.adaptive.QueryStageExec
 import org.apache.spark.sql.execution.exchange.ShuffleExchangeLike
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.storage.StorageLevel
@@ -58,6 +59,9 @@ trait SparkShims {
 
   /** The shuffle an exchange writes (its id in the MapOutputTracker), where the line can tell. */
   def shuffleId(exchange: ShuffleExchangeLike): Option[Int]
+
+  /** Whether an adaptive query stage has its result, without having failed. */
+  def stageSucceeded(stage: QueryStageExec): Boolean
 
   /** Whether Spark keeps a query's shuffle files after it ends (it does unless told to clean up). */
   def shuffleFilesKept(conf: SQLConf): Boolean

@@ -6,6 +6,7 @@ import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.execution.{CacheManager, CachedData}
+import org.apache.spark.sql.execution.adaptive.QueryStageExec
 import org.apache.spark.sql.execution.exchange.{ShuffleExchangeExec, ShuffleExchangeLike}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.storage.StorageLevel
@@ -32,9 +33,10 @@ object SparkShimImpl extends SparkShims {
   def lookupCachedData(session: SparkSession, plan: LogicalPlan): Option[CachedData] =
     cacheManager(session).lookupCachedData(plan)
 
-  // 3.5's CacheManager also turns off the final stage's shuffle optimizations for a cached plan.
+  // From a 3.5 patch release on, the CacheManager also turns off the final stage's shuffle
+  // optimizations for a cached plan (named by its key: 3.5.0 has no such conf, and ignores it).
   def cachedPlanConfsOff: Seq[String] = Seq(SQLConf.AUTO_BUCKETED_SCAN_ENABLED.key,
-    SQLConf.ADAPTIVE_EXECUTION_APPLY_FINAL_STAGE_SHUFFLE_OPTIMIZATIONS.key)
+    "spark.sql.adaptive.applyFinalStageShuffleOptimizations")
 
   def cacheQuery(session: SparkSession, plan: LogicalPlan, name: Option[String], level: StorageLevel): Unit =
     cacheManager(session).cacheQuery(session, plan, name, level)
@@ -53,6 +55,9 @@ object SparkShimImpl extends SparkShims {
     case e: ShuffleExchangeExec => Some(e.shuffleDependency.shuffleId)
     case _ => None
   }
+
+  // QueryStageExec.hasFailed arrived in a 3.5 patch release; before it, a failed stage has no result.
+  def stageSucceeded(stage: QueryStageExec): Boolean = stage.isMaterialized
 
   // 3.5 never removes a query's shuffle files before its context stops.
   def shuffleFilesKept(conf: SQLConf): Boolean = true

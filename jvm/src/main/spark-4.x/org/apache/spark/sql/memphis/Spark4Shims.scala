@@ -6,6 +6,7 @@ import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.classic
 import org.apache.spark.sql.execution.{CacheManager, CachedData, LogicalRDD}
+import org.apache.spark.sql.execution.adaptive.QueryStageExec
 import org.apache.spark.sql.execution.exchange.ShuffleExchangeLike
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.storage.StorageLevel
@@ -47,4 +48,6 @@ trait Spark4Shims extends SparkShims {
   def currentUser: String = CurrentUserContext.getCurrentUser
 
   def shuffleId(exchange: ShuffleExchangeLike): Option[Int] = Some(exchange.shuffleId)
+
+  def stageSucceeded(stage: QueryStageExec): Boolean = stage.isMaterialized && !stage.hasFailed
 }
