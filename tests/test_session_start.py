@@ -122,16 +122,25 @@ def test_a_spark_without_a_jar_is_one_clear_message(monkeypatch, version):
 
 
 def test_the_jar_for_each_spark_line(monkeypatch, tmp_path):
-    for name in ("memphis-spark-4.0_2.13-0.1.0.jar", "memphis-spark-4.1_2.13-0.1.0.jar",
+    for name in ("memphis-spark-3.5_2.12-0.1.0.jar", "memphis-spark-3.5_2.13-0.1.0.jar",
+                 "memphis-spark-4.0_2.13-0.1.0.jar", "memphis-spark-4.1_2.13-0.1.0.jar",
                  "memphis-spark-4.2_2.13-0.1.0.jar", "unrelated.jar"):
         (tmp_path / name).write_bytes(b"")
     monkeypatch.setattr(_jvm, "JAR_DIR", str(tmp_path))
     assert _jvm.jar_path("4.1.3", "2.13") == str(tmp_path / "memphis-spark-4.1_2.13-0.1.0.jar")
     assert _jvm.jar_path("4.0.0", "2.13") == str(tmp_path / "memphis-spark-4.0_2.13-0.1.0.jar")
-    with pytest.raises(memphis.MemphisSetupError, match=r"no jar for Spark 4\.1 with Scala 2\.12"):
+    assert _jvm.jar_path("3.5.2", "2.12") == str(tmp_path / "memphis-spark-3.5_2.12-0.1.0.jar")
+    assert _jvm.jar_path("3.5.2", "2.13") == str(tmp_path / "memphis-spark-3.5_2.13-0.1.0.jar")
+    with pytest.raises(memphis.MemphisSetupError,
+                       match=r"no jar for Spark 4\.1 with Scala 2\.12 .* jars for Spark 3\.5 \(Scala 2\.12\), "
+                             r"3\.5 \(Scala 2\.13\), 4\.0 \(Scala 2\.13\), 4\.1 \(Scala 2\.13\), 4\.2 \(Scala 2\.13\)$"):
         _jvm.jar_path("4.1.3", "2.12")
     # The Scala version is the one of the library jar the running Spark ships.
     assert _jvm.spark_scala_version() == "2.13"
+
+
+def test_each_line_names_the_java_it_needs():
+    assert [_jvm.min_java(line) for line in ("3.5", "4.0", "4.1", "4.2")] == [8, 17, 17, 17]
 
 
 def test_missing_java_is_one_clear_message(monkeypatch):

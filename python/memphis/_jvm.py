@@ -61,7 +61,8 @@ def jar_path(spark_version: str = None, scala_version: str = None) -> str:
     if not jars:
         raise MemphisSetupError(
             f"no memphis-spark jar in {JAR_DIR}; reinstall memphis-spark, or run `make jar` in a source checkout")
-    built = ", ".join(f"{l} (Scala {s})" for l, s in sorted(jars, key=lambda k: tuple(map(int, k[0].split(".")))))
+    in_order = sorted(jars, key=lambda k: (tuple(map(int, k[0].split("."))), k[1]))
+    built = ", ".join(f"{l} (Scala {s})" for l, s in in_order)
     raise MemphisSetupError(
         f"memphis has no jar for Spark {line} with Scala {scala} (pyspark {spark_version} is installed); "
         f"this installation has jars for Spark {built}")

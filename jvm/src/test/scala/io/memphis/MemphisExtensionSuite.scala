@@ -159,5 +159,10 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
     assert(SparkRuntime.unsupportedSparkReason(s"$line.9").isEmpty)
     assert(SparkRuntime.unsupportedSparkReason("3.4.0").exists(_.contains(s"built for Spark $line.x but this is Spark 3.4.0")))
     assert(SparkRuntime.unsupportedSparkReason(s"${line}0.0").nonEmpty)
+    val builtScala = SparkRuntime.BuiltForScala
+    assert(builtScala.nonEmpty && scala.util.Properties.versionNumberString.startsWith(builtScala + "."))
+    val other = if (builtScala == "2.12") "2.13" else "2.12"
+    assert(SparkRuntime.unsupportedSparkReason(s"$line.0", s"$other.18").exists(
+      _.contains(s"built for Scala $builtScala but this Spark runs Scala $other.18; use memphis-spark-${line}_$other")))
   }
 }

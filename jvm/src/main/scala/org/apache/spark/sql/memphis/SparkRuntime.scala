@@ -15,19 +15,29 @@ import org.apache.spark.sql.internal.SQLConf
  * on every Spark line; what differs goes through [[SparkShimImpl]].
  */
 object SparkRuntime {
-  /** The Spark line (major.minor) this jar was built for, which the build writes into the jar. */
-  val BuiltForLine: String = {
+  private val built: Properties = {
     val properties = new Properties()
     val in = getClass.getResourceAsStream("/io/memphis/build.properties")
     try properties.load(in) finally in.close()
-    properties.getProperty("spark.line")
+    properties
   }
 
-  /** Why the running Spark cannot host this build, if it cannot. */
-  def unsupportedSparkReason(version: String = SPARK_VERSION): Option[String] =
-    if (version == BuiltForLine || version.startsWith(BuiltForLine + ".")) None
-    else Some(s"this memphis jar is built for Spark $BuiltForLine.x but this is Spark $version; " +
-      s"use the memphis jar built for Spark ${version.split('.').take(2).mkString(".")} (memphis.jar_path() picks it)")
+  /** The Spark line (major.minor) this jar was built for, which the build writes into the jar. */
+  val BuiltForLine: String = built.getProperty("spark.line")
+
+  /** The Scala version (major.minor) this jar was built for. */
+  val BuiltForScala: String = built.getProperty("scala.binary.version")
+
+  /** Why the running Spark (its version, and the Scala version it runs) cannot host this build, if it cannot. */
+  def unsupportedSparkReason(version: String = SPARK_VERSION,
+      scalaVersion: String = scala.util.Properties.versionNumberString): Option[String] =
+    if (version != BuiltForLine && !version.startsWith(BuiltForLine + "."))
+      Some(s"this memphis jar is built for Spark $BuiltForLine.x but this is Spark $version; " +
+        s"use the memphis jar built for Spark ${version.split('.').take(2).mkString(".")} (memphis.jar_path() picks it)")
+    else if (!scalaVersion.startsWith(BuiltForScala + "."))
+      Some(s"this memphis jar is built for Scala $BuiltForScala but this Spark runs Scala $scalaVersion; " +
+        s"use memphis-spark-${BuiltForLine}_${scalaVersion.split('.').take(2).mkString(".")} (memphis.jar_path() picks it)")
+    else None
 
   /** The running SparkContext; extensions are applied after it starts. */
   def activeSparkContext: Option[SparkContext] = SparkContext.getActive

