@@ -2,12 +2,20 @@ package io.memphis
 
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.{Dataset, SparkSession}
-import org.apache.spark.sql.memphis.SparkShimImpl
+import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
 
 /** Coarse entry points for the Python package: one py4j round trip per call. */
 object PythonFacade {
-  /** The `memphis_stats()` rows as a flat JSON object of numbers. */
+  /** How long `statsJson` waits at most for Spark's listeners. */
+  private val StatsListenerWaitMs = 10000L
+
+  /**
+   * The `memphis_stats()` rows as a flat JSON object of numbers, once Spark's listeners have seen
+   * the queries that finished (a query's end, and what memphis records then, such as the broadcasts
+   * it built, reaches them asynchronously): counters read right after an action include it.
+   */
   def statsJson(session: SparkSession): String = {
+    SparkRuntime.awaitListeners(session.sparkContext, StatsListenerWaitMs)
     val rows = LineageCache.forContext(session.sparkContext).statsRows(SparkShimImpl.sqlConf(session))
     rows.map { case (name, value) => s""""$name": $value""" }.mkString("{", ", ", "}")
   }
