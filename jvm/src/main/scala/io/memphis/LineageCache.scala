@@ -50,7 +50,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * The plans of entries whose RDD was unpersisted outside memphis, newest last. Spark may hold a new
    * relation for such a plan: its CacheManager re-caches the plans over a path a writer refreshes
    * (Delta 3 on Spark 3.5 does at each commit), and memphis, which no longer tracks it, uncaches it
-   * at a later query (not while Spark re-caches: the relation returns only at the end).
+   * at a later query (not while Spark re-caches: the relation returns only at the end). Changes only
+   * under this object's lock.
    */
   private val replacedOutside = mutable.LinkedHashSet.empty[LogicalPlan]
   /**
