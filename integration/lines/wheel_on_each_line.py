@@ -51,6 +51,7 @@ def wheel(tmp_path_factory):
             shutil.copy2(os.path.join(ROOT, name), src / name)
     jars = src / "python" / "memphis" / "jars"
     assert not glob.glob(str(jars / "*.jar"))
+    os.makedirs(jars, exist_ok=True)
     for line, scala in builds():
         if (line, scala) != ("3.5", "2.12"):
             (jar,) = glob.glob(os.path.join(ROOT, "python", "memphis", "jars", f"memphis-spark-{line}_{scala}-*.jar"))
