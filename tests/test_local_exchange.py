@@ -8,6 +8,7 @@ import pytest
 
 import memphis
 import memphis.local as ml
+from memphis.local.exchange import to_arrow
 from conftest import job_count
 
 
@@ -63,7 +64,7 @@ def test_a_collect_asked_while_a_prefetch_runs_waits_for_it(spark, local_tier):
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     prefetched = future.result(timeout=120)
-    _, alone = job_count(spark, "prefetch-alone", lambda: df.toArrow())
+    _, alone = job_count(spark, "prefetch-alone", lambda: to_arrow(df))
     assert len(sc.statusTracker().getJobIdsForGroup("prefetch-in-flight")) == alone >= 1
     expected = df.toPandas().sort_values("k", ignore_index=True)
     for result in (now, prefetched):
@@ -83,7 +84,7 @@ def test_threads_collecting_one_frame_run_one_set_of_jobs(spark, local_tier, fra
         t.start()
     for t in threads:
         t.join()
-    _, alone = job_count(spark, "collect-alone", lambda: frame.toArrow())
+    _, alone = job_count(spark, "collect-alone", lambda: to_arrow(frame))
     assert len(sc.statusTracker().getJobIdsForGroup("collect-threads")) == alone
     assert all(r.equals(results[0]) for r in results)
     assert ml.stats()["misses"] == 1 and ml.stats()["hits"] == 3

