@@ -6,7 +6,8 @@
 #  2. the code, tests included, compiled against each line's oldest patch;
 #  3. the core scenarios from Python (reuse with fewer jobs, invalidation, loop checkpoints,
 #     broadcasts, memphis_stats(), collect through Arrow, each answer compared with memphis off)
-#     in a venv per line with its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12), and on the default line on Java 21;
+#     in a venv per line with its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12), and on
+#     the default line on Java 21;
 #  4. the wheel, built from the source tree (Maven builds a jar it lacks), installed beside each
 #     line's pyspark and pyspark 3.4's.
 # Needs the default venv (PY); makes the line venvs, the Java runtimes and the jars it lacks.
