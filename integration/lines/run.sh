@@ -2,7 +2,8 @@
 # `make test-lines`: every Spark line memphis builds for besides the default one, at both ends of
 # its patch releases (internal APIs change in patch releases too), and Java 11 and 21:
 #  1. each other jar's ScalaTest suites against the release it is built for (the line's newest
-#     patch): 3.5 with Scala 2.12 on Java 11, the others on Java 17; the default jar's on Java 21;
+#     patch): 3.5 with Scala 2.12 on Java 11, 3.5 with 2.13 on Java 17, the Spark 4 lines on Java 17
+#     and 21 (the default jar's on 21; `make test` runs it on 17);
 #  2. the code, tests included, compiled against each line's oldest patch;
 #  3. the core scenarios from Python (reuse with fewer jobs, invalidation, loop checkpoints,
 #     broadcasts, memphis_stats(), collect through Arrow, each answer compared with memphis off)
@@ -16,9 +17,9 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 PYTHON=${PYTHON:-python3}
 MVN="mvn -B -q -f jvm/pom.xml"
-# <line>_<scala> <oldest patch> <Java for its ScalaTest> <Java for its Python scenarios, or - for none>
-MATRIX="4.1_2.13 4.1.0 17 17
-4.0_2.13 4.0.0 17 17
+# <line>_<scala> <oldest patch> <Javas for its ScalaTest> <Java for its Python scenarios, or - for none>
+MATRIX="4.1_2.13 4.1.0 17,21 17
+4.0_2.13 4.0.0 17,21 17
 3.5_2.13 3.5.0 17 -
 3.5_2.12 3.5.0 11 11"
 # The Python packages a line venv takes from requirements-dev.txt, besides its own pyspark.
@@ -58,9 +59,14 @@ profiles() { # <line>_<scala>
 }
 step() { echo; echo "== $* ($(date +%T))"; }
 
-while read -r build oldest scalatest_java python_java; do
-  step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $scalatest_java"
-  make -s "jar-$build" JAR_FLAGS="-Djvm=$(java_home "$scalatest_java")/bin/java"
+while read -r build oldest scalatest_javas python_java; do
+  first=${scalatest_javas%%,*}
+  step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $first"
+  make -s "jar-$build" JAR_FLAGS="-Djvm=$(java_home "$first")/bin/java"
+  for java in $(echo "${scalatest_javas#"$first"}" | tr , ' '); do
+    step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $java"
+    $MVN -P "$(profiles "$build")" test -Djvm="$(java_home "$java")/bin/java"
+  done
   step "compile for Spark ${build%_*}, Scala ${build#*_} against its oldest patch, $oldest"
   $MVN -P "$(profiles "$build")" -Dspark.version="$oldest" \
     -Dmemphis.build.directory="$PWD/jvm/target/oldest-$build" test-compile
