@@ -1,6 +1,7 @@
 """The wheel carries a jar per Spark line and Scala version and leaves pyspark to the platform: built
-from the source tree (Maven makes the jars it lacks), it installs into a fresh venv beside each line's pyspark, keeps that pyspark and
-starts a session with that line's jar; pyspark 3.4 gets one clear line.
+from the source tree (Maven makes the jars it lacks), it installs into a fresh venv beside each
+line's pyspark, keeps that pyspark and starts a session with that line's jar; pyspark 3.4 gets one
+clear line.
 
 Run by `make test-lines` (integration/lines/run.sh), which makes the line venvs named in
 MEMPHIS_LINE_VENVS; not part of the default suite, whose venv has only the default line's pyspark.

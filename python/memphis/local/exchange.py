@@ -14,13 +14,13 @@ FORMATS = ("arrow", "numpy", "pandas")
 def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arrow"):
     """The result of ``df`` on the driver, collected once per lineage key and reused after.
 
-    The result is fetched through Arrow (``df.toArrow()``, or its equal on pyspark 3.5) and held in the host tier under the
-    DataFrame's JVM lineage key (:func:`memphis.lineage_key`) and its column names and types (the
-    key ignores aliases): collecting the same data again, through any DataFrame with that key,
-    runs no Spark job. A changed source (a file added, a table written) changes the key, so it is
-    collected fresh. Threads asking for a key being collected wait for that one collection. A
-    DataFrame without a key (unseeded ``rand()``, an unknown source) is collected every time and
-    counted as ``refused`` in :func:`memphis.local.stats`.
+    The result is fetched through Arrow (``df.toArrow()``, or its equal on pyspark 3.5) and held in
+    the host tier under the DataFrame's JVM lineage key (:func:`memphis.lineage_key`) and its column
+    names and types (the key ignores aliases): collecting the same data again, through any
+    DataFrame with that key, runs no Spark job. A changed source (a file added, a table written)
+    changes the key, so it is collected fresh. Threads asking for a key being collected wait for
+    that one collection. A DataFrame without a key (unseeded ``rand()``, an unknown source) is
+    collected every time and counted as ``refused`` in :func:`memphis.local.stats`.
 
     Parameters
     ----------

@@ -148,8 +148,10 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
     // relation memphis persisted is replaced by one it does not know of.
     spark.range(100, 130).write.mode("append").parquet(dir)
     SparkRuntime.awaitListeners(spark.sparkContext, 30000)
-    assert(total() == 130)
+    val after = total()
     assert(CacheTestShim.cachedPlans(spark).isEmpty, "Spark holds no relation memphis let go")
+    spark.conf.set("spark.memphis.enabled", "false")
+    try assert(after == total() && after == 130) finally spark.conf.set("spark.memphis.enabled", "true")
   }
 
   test("a jar accepts its own Spark line only") {
