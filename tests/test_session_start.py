@@ -2,13 +2,14 @@
 import os
 import subprocess
 import sys
+import zipfile
 
 import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
 import memphis
-from memphis import _jvm
+from memphis import _jvm, jar_facts
 from conftest import TEST_CONFS, run_python
 
 
@@ -139,8 +140,16 @@ def test_the_jar_for_each_spark_line(monkeypatch, tmp_path):
     assert _jvm.spark_scala_version() == "2.13"
 
 
-def test_each_line_names_the_java_it_needs():
-    assert [_jvm.min_java(line) for line in ("3.5", "4.0", "4.1", "4.2")] == [8, 17, 17, 17]
+def test_each_line_names_the_java_it_needs(monkeypatch, tmp_path):
+    # The jar says the Java it is compiled for (the build writes it from the line's Maven profile).
+    assert _jvm.min_java("4.2") == 17
+    for line, java in (("3.5", 8), ("4.0", 17)):
+        with zipfile.ZipFile(tmp_path / f"memphis-spark-{line}_2.13-0.1.0.jar", "w") as jar:
+            jar.writestr(jar_facts.BUILD_PROPERTIES, f"spark.line={line}\njava.release={java}\n")
+    monkeypatch.setattr(_jvm, "JAR_DIR", str(tmp_path))
+    assert [_jvm.min_java(line) for line in ("3.5", "4.0")] == [8, 17]
+    with pytest.raises(memphis.MemphisSetupError, match="no jar for Spark 4.1"):
+        _jvm.min_java("4.1")
 
 
 def test_missing_java_is_one_clear_message(monkeypatch):

@@ -6,16 +6,19 @@ import shutil
 import subprocess
 
 from memphis.errors import MemphisSetupError
+from memphis.jar_facts import JAR_DIR, build_properties
 
 EXTENSION_CLASS = "io.memphis.MemphisSparkSessionExtension"
-JAR_DIR = os.path.join(os.path.dirname(__file__), "jars")
 # memphis-spark-<Spark line>_<Scala version>-<memphis version>.jar, one per line the build made.
 _JAR_NAME = re.compile(r"memphis-spark-(\d+\.\d+)_(\d+\.\d+)-[^/]*\.jar$")
 
 
 def min_java(line: str) -> int:
-    """The oldest Java a Spark line runs on: 8 for Spark 3.5, 17 from Spark 4."""
-    return 8 if int(line.split(".")[0]) < 4 else 17
+    """The oldest Java a Spark line runs on, as its jar is compiled for: 8 for Spark 3.5, 17 from Spark 4."""
+    jars = [path for (jar_line, _), path in sorted(shipped_jars().items()) if jar_line == line]
+    if not jars:
+        jar_path(f"{line}.0")  # says which lines this installation has jars for
+    return int(build_properties(jars[0])["java.release"])
 
 
 def shipped_jars() -> dict:

@@ -145,14 +145,20 @@ def session(master: str = "local[*]", app_name: str = "memphis", **options):
         raise reason from None
 
 
+# The JVM's exceptions for a refused start (io.memphis.MemphisExceptions), by class name.
+_REJECTIONS = {"io.memphis.MemphisConfigException": MemphisConfigError,
+               "io.memphis.MemphisSetupException": MemphisSetupError}
+
+
 def _memphis_rejection(error):
     """The memphis error inside a failed session start (PySpark may have wrapped it), if that is why."""
-    text = str(error)
-    for marker, kind in (("Invalid memphis configuration", MemphisConfigError),
-                         ("memphis jar is built for Spark", MemphisSetupError)):
-        at = text.find(marker)
-        if at >= 0:
-            return kind(text[at:].splitlines()[0])
+    throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    seen = 0
+    while throwable is not None and seen < 20:  # the cause chain, bounded
+        kind = _REJECTIONS.get(throwable.getClass().getName())
+        if kind is not None:
+            return kind(str(throwable.getMessage()))
+        throwable, seen = throwable.getCause(), seen + 1
     return None
 
 

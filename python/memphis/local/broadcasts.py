@@ -76,7 +76,7 @@ class BroadcastRegistry:
                 return bc
             size = _size_of(payload)
             budget = config.checked(config.BROADCAST_MAX_BYTES, spark.conf.get(
-                config.BROADCAST_MAX_BYTES, config.DEFAULTS[config.BROADCAST_MAX_BYTES]), config.parse_bytes)
+                config.BROADCAST_MAX_BYTES, config.default(config.BROADCAST_MAX_BYTES)), config.parse_bytes)
             if size > budget:
                 log.debug("broadcast %s not kept: %d bytes exceed the budget of %d", key, size, budget)
                 return bc

@@ -1,7 +1,8 @@
 """Where the local tiers get their budgets: explicit configure(), else the active Spark session's confs.
 
-The confs are declared on the JVM side (io.memphis.MemphisConf) with these defaults and
-meanings; values are parsed by the same rules, so a value the session accepts means the same here.
+The confs are declared on the JVM side (io.memphis.MemphisConf); their defaults come from the table
+the build writes into the jar (memphis.jar_facts), and values are parsed by the same rules (a test
+checks both sides agree), so a value the session accepts means the same here.
 """
 import getpass
 import math
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import threading
 
+from memphis import jar_facts
 from memphis.local.disk import DiskTier
 from memphis.local.host import HostTier
 
@@ -19,10 +21,9 @@ DISK_DIR = "spark.memphis.disk.dir"
 DISK_MAX_BYTES = "spark.memphis.disk.maxBytes"
 GPU_MEMORY_FRACTION = "spark.memphis.gpu.memoryFraction"
 BROADCAST_MAX_BYTES = "spark.memphis.broadcast.maxBytes"
-DEFAULTS = {HOST_MAX_BYTES: "0", DISK_DIR: "", DISK_MAX_BYTES: "10g", GPU_MEMORY_FRACTION: "0.9",
-            BROADCAST_MAX_BYTES: "1g"}
 HOST_FRACTION_OF_RAM = 0.25  # what host.maxBytes=0 means
 _BYTE_SIZE = re.compile(r"\s*(\d+)\s*([kmgtp]?)b?\s*", re.IGNORECASE)
+_MAX_BYTES = (1 << 63) - 1  # the JVM reads a byte size into a long
 
 _lock = threading.Lock()
 _tier = None  # the process's HostTier, made on first use; guarded by _lock
@@ -44,7 +45,10 @@ def parse_bytes(text) -> int:
         raise ValueError("expected a byte size: a whole number with an optional unit k, m, g, t or p, "
                          "such as 512m or 4g")
     number, unit = match.groups()
-    return int(number) << (10 * "_kmgtp".index(unit.lower() or "_"))
+    size = int(number) << (10 * "_kmgtp".index(unit.lower() or "_"))
+    if size > _MAX_BYTES:
+        raise ValueError(f"expected a byte size of at most {_MAX_BYTES} bytes (8 EiB)")
+    return size
 
 
 def host_budget(value) -> int:
@@ -96,6 +100,11 @@ def checked(name: str, value, parse):
         raise ValueError(f"{name}={value!r}: {error}") from None
 
 
+def default(name) -> str:
+    """The default of the ``spark.memphis.*`` key ``name``, as the JVM declares it."""
+    return jar_facts.default(name)
+
+
 def setting(name, given):
     """``given`` if set, else the active Spark session's conf (never starts one), else the JVM default."""
     if given is not None:
@@ -105,8 +114,8 @@ def setting(name, given):
 
         session = SparkSession.getActiveSession()
         if session is not None:
-            return session.conf.get(name, DEFAULTS[name])
-    return DEFAULTS[name]
+            return session.conf.get(name, default(name))
+    return default(name)
 
 
 def resolved(conf: str, argument: str, given, parse):

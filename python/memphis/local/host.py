@@ -70,8 +70,10 @@ class Entry:
 
     @property
     def score(self) -> float:
-        """LIMA's cost-and-size score: the lowest is evicted first."""
-        return (1 + self.hits + self.misses) * self.cost_s / max(self.size, 1)
+        """LIMA's cost-and-size score, as every memphis tier computes it (the JVM's
+        ``EvictionPolicy.valuePerByte``): ms of compute per byte held, times (1 + uses); the lowest
+        is evicted first."""
+        return (1 + self.hits + self.misses) * self.cost_s * 1000 / max(self.size, 1)
 
 
 def size_of(value) -> Optional[int]:

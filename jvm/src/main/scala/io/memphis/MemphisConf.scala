@@ -178,7 +178,7 @@ object MemphisConf {
       case (k, v) if k.startsWith(Prefix) => problem(k, v)
     }.flatten ++ more
     if (problems.nonEmpty) {
-      throw new IllegalArgumentException(s"Invalid memphis configuration: ${problems.mkString("; ")}. " +
+      throw new MemphisConfigException(s"Invalid memphis configuration: ${problems.mkString("; ")}. " +
         "A SparkContext keeps the conf it started with: stop it before retrying with other values.")
     }
   }

@@ -15,7 +15,7 @@ import org.apache.spark.sql.memphis.SparkRuntime
  */
 class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
-    SparkRuntime.unsupportedSparkReason().foreach(reason => throw new IllegalStateException(reason))
+    SparkRuntime.unsupportedSparkReason().foreach(reason => throw new MemphisSetupException(reason))
     MemphisConf.register()
     SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
     extensions.injectTableFunction(MemphisTableFunctions.stats)
