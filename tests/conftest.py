@@ -111,7 +111,7 @@ def local_tier(tmp_path):
 def device(request):
     """The device a GPU-tier test runs on: the simulated one always, cupy's where a GPU is."""
     from memphis.gpu import CupyDevice, SimulatedDevice
-    from memphis.gpu.cupy_device import usable
+    from memphis.gpu import usable
 
     if request.param == "cupy":
         if not usable()[0]:

@@ -16,7 +16,7 @@ import numpy as np
 from pyspark.sql import functions as F
 
 from memphis.bench import Workload, difference, pyplot
-from memphis.local.exchange import to_arrow
+from memphis.collect import to_arrow
 
 LAMBDAS = np.logspace(-2, 4, 13)
 GROUPS = 64  # product groups: the feature columns (Spark pivots them, so each costs it an aggregate)

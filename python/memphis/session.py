@@ -4,7 +4,7 @@ import os
 import re
 import sys
 
-from memphis import _jvm
+from memphis import _jvm, driver
 from memphis.errors import MemphisConfigError, MemphisSetupError
 
 CONF_PREFIX = "spark.memphis."
@@ -187,10 +187,8 @@ def stats(spark) -> dict:
     >>> memphis.stats(spark)["evicted"]  # doctest: +SKIP
     0
     """
-    from memphis import local
-
     counters = json.loads(_jvm.facade(spark).statsJson(spark._jsparkSession))
-    for name, value in local.stats().items():
+    for name, value in driver.stats().items():
         counters[name if name.startswith("bytes_held_") or name.endswith("_budget_bytes") else f"local_{name}"] = value
     return counters
 
@@ -212,17 +210,13 @@ def entries(spark):
     """
     import pandas as pd
 
-    from memphis import local
-
     spark_rows = spark.sql("SELECT * FROM memphis_cache()").toPandas()
     spark_rows.insert(0, "tier", "spark")
-    return pd.concat([spark_rows, local.entries()], ignore_index=True)
+    return pd.concat([spark_rows, driver.entries()], ignore_index=True)
 
 
 def clear(spark) -> None:
     """Unpersists everything memphis holds in Spark storage, forgets its entries, clears the
     driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`."""
-    from memphis import local
-
     _jvm.facade(spark).clear(spark._jsparkSession)
-    local.clear()
+    driver.clear()

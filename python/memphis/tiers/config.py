@@ -11,8 +11,8 @@ import sys
 import tempfile
 import threading
 
-from memphis.local.disk import DiskTier
-from memphis.local.host import HostTier
+from memphis.tiers.disk import DiskTier
+from memphis.tiers.host import HostTier
 
 HOST_MAX_BYTES = "spark.memphis.host.maxBytes"
 DISK_DIR = "spark.memphis.disk.dir"
