@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 import time
@@ -6,6 +7,10 @@ import time
 import pytest
 
 import memphis
+
+# The benchmark harness and workloads, which some tests import: they are not part of the package.
+BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
+sys.path.insert(0, BENCHMARKS)
 
 # Small, quiet local sessions (the recipe in shared/reference/spark-internals.md §14.2).
 TEST_CONFS = {

@@ -5,10 +5,9 @@ import sys
 
 from pyspark.sql import functions as F
 
-from memphis.bench import AnswerMismatch, Workload, markdown_table, plot_speedups, run_workload
-
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
 sys.path.insert(0, BENCHMARKS)
+from harness import AnswerMismatch, Workload, markdown_table, plot_speedups, run_workload  # noqa: E402
 from workloads import ALL  # noqa: E402
 
 

@@ -135,7 +135,7 @@ def colliding(monkeypatch, module):
 
 
 def test_a_hash_collision_of_reused_calls_serves_no_wrong_value(local_tier, monkeypatch):
-    colliding(monkeypatch, importlib.import_module("memphis.local.reuse"))  # the module, not memphis.reuse
+    colliding(monkeypatch, importlib.import_module("memphis.tracing.reuse"))  # the module, not memphis.reuse
 
     @memphis.reuse
     def double(x):

@@ -193,6 +193,21 @@ def stats(spark) -> dict:
     return counters
 
 
+# Stats that are levels, not event counts: reported as read after, not as a difference.
+LEVELS = {"bytes_held", "storage_budget_bytes", "bytes_held_join_broadcasts"}
+
+
+def difference(before: dict, after: dict) -> dict:
+    """What happened between two reads of :func:`stats`: event counts as differences, levels as read after.
+
+    Examples
+    --------
+    >>> difference({"hits": 2, "bytes_held": 10}, {"hits": 5, "bytes_held": 4})
+    {'hits': 3, 'bytes_held': 4}
+    """
+    return {k: v if k in LEVELS else v - before.get(k, 0) for k, v in after.items()}
+
+
 def entries(spark):
     """One row per memphis cache entry of every tier, as a pandas DataFrame.
 
