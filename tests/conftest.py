@@ -5,6 +5,7 @@ import sys
 import time
 
 import pytest
+from pyspark.sql import functions as F
 
 import memphis
 
@@ -92,6 +93,32 @@ def memphis_off(spark, action):
         return action()
     finally:
         spark.conf.set("spark.memphis.enabled", "true")
+
+
+def eventually(check, seconds=30):
+    """Spark's listener bus tells memphis about stored blocks and ended queries a moment later."""
+    deadline = time.time() + seconds
+    while not check() and time.time() < deadline:
+        time.sleep(0.1)
+    return check()
+
+
+def sales(spark, path, rows=20_000):
+    (spark.range(rows).selectExpr("id", "id % 50 AS k", "(id * 7) % 13 AS v")
+     .repartition(2).write.mode("overwrite").parquet(path))
+    return path
+
+
+def per_key(spark, path):
+    return spark.read.parquet(path).groupBy("k").agg(F.sum("v").alias("total"), F.count("*").alias("n"))
+
+
+def entry_states(spark):
+    return {r["key"]: r for r in spark.sql("SELECT * FROM memphis_cache()").collect()}
+
+
+def uses_memphis_cache(df):
+    return "Scan In-memory table memphis" in df._jdf.queryExecution().executedPlan().toString()
 
 
 def run_python(code, *args, env=None):

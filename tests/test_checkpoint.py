@@ -5,6 +5,8 @@ Each run is a fresh interpreter with a 1 GB driver (a JVM's heap is fixed when i
 import json
 import os
 
+import pytest
+
 from conftest import TEST_CONFS, run_python
 
 KMEANS_APP = """
@@ -44,6 +46,7 @@ def run(mode):
     return run_python(KMEANS_APP, json.dumps(TEST_CONFS), mode, str(ITERATIONS), BENCHMARKS)
 
 
+@pytest.mark.slow
 def test_a_loop_carried_dataframe_is_cut_by_checkpoints_with_the_hand_tuned_answer():
     plain = run("plain")
     # Without memphis the lineage grows by a few operators per iteration, all the way to the optimizer.
