@@ -126,13 +126,19 @@ def test_no_imports_go_round_in_a_cycle():
 FAKE_LAYERS = [("low", ["pkg.low.*"]), ("high", ["pkg.high", "pkg"])]
 
 
+def fake_package(root: pathlib.Path, files: dict) -> pathlib.Path:
+    """The package ``pkg`` under ``root``, of ``files`` ({path in it: source})."""
+    for name, source in files.items():
+        path = root / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    return root / "pkg"
+
+
 def test_the_detector_finds_an_upward_import_hidden_in_a_function(tmp_path):
-    root = tmp_path / "pkg"
-    (root / "low").mkdir(parents=True)
-    (root / "__init__.py").write_text("")
-    (root / "low" / "__init__.py").write_text("")
-    (root / "low" / "core.py").write_text("def f():\n    from pkg.high import g\n    return g()\n")
-    (root / "high.py").write_text("from pkg.low import core\n\n\ndef g():\n    return 1\n")
+    root = fake_package(tmp_path, {"__init__.py": "", "low/__init__.py": "",
+                                   "low/core.py": "def f():\n    from pkg.high import g\n    return g()\n",
+                                   "high.py": "from pkg.low import core\n\n\ndef g():\n    return 1\n"})
     graph = import_graph(root, "pkg")
     assert graph["pkg.low.core"] == {"pkg.high"} and graph["pkg.high"] == {"pkg.low.core"}
     assert upward_imports(graph, FAKE_LAYERS) == ["pkg.low.core (low) -> pkg.high (high)"]
@@ -140,13 +146,9 @@ def test_the_detector_finds_an_upward_import_hidden_in_a_function(tmp_path):
 
 
 def test_the_detector_reads_relative_imports_and_submodules_named_in_from_imports(tmp_path):
-    root = tmp_path / "pkg"
-    (root / "low").mkdir(parents=True)
-    (root / "__init__.py").write_text("from .low import core\n")
-    (root / "low" / "__init__.py").write_text("")
-    (root / "low" / "core.py").write_text("from . import other\nfrom .. import high\n")
-    (root / "low" / "other.py").write_text("")
-    (root / "high.py").write_text("")
+    root = fake_package(tmp_path, {"__init__.py": "from .low import core\n", "low/__init__.py": "",
+                                   "low/core.py": "from . import other\nfrom .. import high\n", "low/other.py": "",
+                                   "high.py": ""})
     graph = import_graph(root, "pkg")
     assert graph["pkg"] == {"pkg.low.core"}
     assert graph["pkg.low.core"] == {"pkg.low.other", "pkg.high"}
