@@ -16,6 +16,7 @@ import time
 import numpy as np
 from pyspark.sql import functions as F
 
+import memphis
 from memphis.collect import to_arrow
 from memphis.session import difference
 
@@ -84,8 +85,6 @@ class Tools:
     """How a stage collects a DataFrame and wraps an array: memphis's, or plain PySpark and numpy."""
 
     def __init__(self, memphis_on: bool):
-        import memphis
-
         self.collect = (lambda df: memphis.collect(df, as_="numpy")) if memphis_on else \
             (lambda df: to_arrow(df).to_pandas().to_numpy(dtype=float))
         self.array = memphis.array if memphis_on else np.asarray
@@ -250,8 +249,6 @@ def progress(total: int):
 
 
 def main(master: str = "local[*]", rows: int = 400_000, plot_path: str = "memphis-demo.png") -> None:
-    import memphis
-
     # The progress bar below replaces Spark's, which would interleave with it.
     spark = memphis.session(master, app_name="memphis-demo", **{"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
