@@ -15,7 +15,7 @@ DEFAULT_JAR := jvm/target/memphis-spark-$(DEFAULT_BUILD)-*.jar
 comma := ,
 profiles = spark-$(word 1,$(subst _, ,$1))$(if $(filter %_2.12,$1),$(comma)scala-2.12)
 
-.PHONY: demo test test-jvm test-python test-lines bench bench-quick jar jars clean
+.PHONY: demo test test-fast test-jvm test-python test-lines bench bench-quick jar jars clean
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/memphis demo
@@ -29,6 +29,10 @@ test-jvm: $(VENV)/.installed
 
 test-python: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# The Python tests without those marked slow (over ~20 s each: benchmarks, corpora, soaks): minutes, not tens.
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not slow"
 
 # Every other Spark line, each at both ends of its patch releases, and Java 11 and 21
 # (integration/lines/run.sh says what runs; docs/compatibility.md what it found).

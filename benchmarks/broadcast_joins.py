@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from tqdm import tqdm
 
 import memphis
-from memphis.bench import environment, jobs_in_group
+from harness import environment, jobs_in_group
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 AGGREGATES = [F.sum, F.avg, F.max, F.min, F.stddev]

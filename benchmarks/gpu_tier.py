@@ -163,7 +163,8 @@ def run_transfers(device, repeats=3):
     """Seconds from an Arrow table to a device matrix: host matrix then one copy, or stack_columns."""
     import pyarrow as pa
 
-    from memphis.local.exchange import _float_columns, float_matrix
+    from memphis.backends.numpy_backend import float_matrix
+    from memphis.collect import _float_columns
 
     ways = {"host_matrix": lambda columns, rows: device.copy_to_device(float_matrix(columns, rows)),
             "stack_columns": device.stack_columns}
@@ -196,7 +197,7 @@ def main(argv=None):
     parser.add_argument("--capacity", default="1g", help="simulated device capacity")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args(argv)
-    capacity = memphis.local.config.parse_bytes(args.capacity)
+    capacity = memphis.tiers.config.parse_bytes(args.capacity)
     modes = ("no reuse", "memphis") + (("cupy pool",) if args.device == "cupy" else ())
     runs = [("cnn", share) for share in REPEAT_SHARES] + [("pca", None)]
     rows, reference = [], {}

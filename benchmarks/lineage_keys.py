@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from tqdm import tqdm
 
 import memphis
-from memphis.bench import environment
+from harness import environment
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

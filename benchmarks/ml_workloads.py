@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import memphis  # noqa: E402
 import memphis.local  # noqa: E402
-from memphis.bench import grouped_bars, pyplot  # noqa: E402
+from harness import grouped_bars, pyplot  # noqa: E402
 from workloads import ml  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

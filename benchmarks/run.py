@@ -16,7 +16,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import memphis  # noqa: E402
-from memphis.bench import environment, markdown_table, plot_speedups, run_workload  # noqa: E402
+from harness import environment, markdown_table, plot_speedups, run_workload  # noqa: E402
 from workloads import ALL  # noqa: E402
 
 

@@ -325,7 +325,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
     import memphis
     from pyspark import SparkContext
 
-    from memphis.bench import environment
+    from harness import environment
 
     if SparkContext._gateway is not None:
         raise RuntimeError("a JVM already runs in this process: spark.driver.memory would not apply")

@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # minutes: `make test-fast` leaves it out
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DELTA_JARS = sorted(glob.glob(os.path.join(HERE, "..", "jvm", "target", "delta-jars", "*.jar")))
 

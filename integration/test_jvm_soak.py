@@ -8,6 +8,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # minutes: `make test-fast` leaves it out
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 APP = os.path.join(HERE, "apps", "jvm_soak.py")
 THREADS = 8

@@ -4,7 +4,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import memphis
+
+pytestmark = pytest.mark.slow  # minutes: `make test-fast` leaves it out
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APP = os.path.join(HERE, "apps", "check_extension.py")

@@ -1,11 +1,17 @@
 import json
+import os
 import subprocess
 import sys
 import time
 
 import pytest
+from pyspark.sql import functions as F
 
 import memphis
+
+# The benchmark harness and workloads, which some tests import: they are not part of the package.
+BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
+sys.path.insert(0, BENCHMARKS)
 
 # Small, quiet local sessions (the recipe in shared/reference/spark-internals.md §14.2).
 TEST_CONFS = {
@@ -89,6 +95,32 @@ def memphis_off(spark, action):
         spark.conf.set("spark.memphis.enabled", "true")
 
 
+def eventually(check, seconds=30):
+    """Spark's listener bus tells memphis about stored blocks and ended queries a moment later."""
+    deadline = time.time() + seconds
+    while not check() and time.time() < deadline:
+        time.sleep(0.1)
+    return check()
+
+
+def sales(spark, path, rows=20_000):
+    (spark.range(rows).selectExpr("id", "id % 50 AS k", "(id * 7) % 13 AS v")
+     .repartition(2).write.mode("overwrite").parquet(path))
+    return path
+
+
+def per_key(spark, path):
+    return spark.read.parquet(path).groupBy("k").agg(F.sum("v").alias("total"), F.count("*").alias("n"))
+
+
+def entry_states(spark):
+    return {r["key"]: r for r in spark.sql("SELECT * FROM memphis_cache()").collect()}
+
+
+def uses_memphis_cache(df):
+    return "Scan In-memory table memphis" in df._jdf.queryExecution().executedPlan().toString()
+
+
 def run_python(code, *args, env=None):
     """Runs ``code`` in a fresh interpreter (a fresh JVM too) and returns the JSON its last line prints."""
     result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
@@ -111,7 +143,7 @@ def local_tier(tmp_path):
 def device(request):
     """The device a GPU-tier test runs on: the simulated one always, cupy's where a GPU is."""
     from memphis.gpu import CupyDevice, SimulatedDevice
-    from memphis.gpu.cupy_device import usable
+    from memphis.gpu import usable
 
     if request.param == "cupy":
         if not usable()[0]:

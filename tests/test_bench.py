@@ -3,12 +3,12 @@ import os
 import subprocess
 import sys
 
+import pytest
 from pyspark.sql import functions as F
-
-from memphis.bench import AnswerMismatch, Workload, markdown_table, plot_speedups, run_workload
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
 sys.path.insert(0, BENCHMARKS)
+from harness import AnswerMismatch, Workload, markdown_table, plot_speedups, run_workload  # noqa: E402
 from workloads import ALL  # noqa: E402
 
 
@@ -76,6 +76,7 @@ def test_a_mode_that_answers_differently_fails_the_run(spark):
         raise AssertionError("a differing answer was accepted")
 
 
+@pytest.mark.slow
 def test_quick_benchmark_runs_every_mode_and_answers_agree(tmp_path):
     """`make bench-quick` as CI runs it: every workload in each of its modes, in a process of its
     own (one SparkContext per process). run.py fails when a mode answers differently; timings are

@@ -1,12 +1,8 @@
 """The ML workloads' quick mode: every mode runs and answers as plain numpy (timings are not checked).
 SystemDS is left out here (a JVM per run takes a minute in all); `make bench-quick` runs it."""
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-
-import ml_workloads  # noqa: E402
+import ml_workloads  # from benchmarks/, which conftest puts on the path
 
 
 def test_quick_mode_runs_every_mode_and_writes_json_table_and_plot(tmp_path):

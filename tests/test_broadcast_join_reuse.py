@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 import memphis
 from conftest import in_job_group, memphis_off
-from memphis.bench import jobs_in_group
+from harness import jobs_in_group
 
 
 def tables(spark, root, partitioned=False):

@@ -6,6 +6,8 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from conftest import TEST_CONFS, run_python
 
 KMEANS_APP = """
@@ -49,6 +51,7 @@ def run(*modes):
     return run_python(KMEANS_APP, json.dumps(TEST_CONFS), ",".join(modes), str(ITERATIONS), BENCHMARKS)
 
 
+@pytest.mark.slow
 def test_a_loop_carried_dataframe_is_cut_by_checkpoints_with_the_hand_tuned_answer():
     # memphis's loop, and plain Spark's and the hand-tuned one (memphis off) in a JVM of their own, at once.
     with ThreadPoolExecutor(2) as pool:

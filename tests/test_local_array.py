@@ -6,7 +6,7 @@ import pytest
 import memphis
 import memphis.local as ml
 
-traced_module = importlib.import_module("memphis.local.array")  # the package's `array` is the function
+calls = importlib.import_module("memphis.tracing.calls")
 
 
 @pytest.fixture
@@ -18,13 +18,14 @@ def data():
 def count_matmuls(monkeypatch):
     """Counts the products traced arrays actually compute (not the ones served from the cache)."""
     computed = []
-    run = traced_module.run
+    cached = calls.cached
 
     def counting(item, compute, **options):
         if item.opcode == "ufunc.matmul":
-            return run(item, lambda: computed.append(item.key) or compute(), **options)
-        return run(item, compute, **options)
-    monkeypatch.setattr(traced_module, "run", counting)
+            return cached(item, lambda: computed.append(item.key) or compute(), **options)
+        return cached(item, compute, **options)
+    for module in ("memphis.tracing.array", "memphis.tracing.partial"):  # the traced products and the rewrites'
+        monkeypatch.setattr(importlib.import_module(module), "cached", counting)
     return computed
 
 
@@ -178,7 +179,7 @@ def test_a_raw_array_changed_in_place_is_computed_fresh(local_tier):
 
 
 def test_work_on_a_large_fresh_array_starts_while_it_is_hashed(local_tier, monkeypatch):
-    from memphis.local import lineage
+    from memphis.tracing import lineage
 
     # Below the threshold the hash is computed at wrap time; from it on, when the key is first needed.
     X = np.random.default_rng(3).standard_normal((4000, 50))  # 1.6 MB

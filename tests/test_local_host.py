@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memphis.local as ml
-from memphis.local.disk import DiskTier
-from memphis.local.host import TRANSITIONS, HostTier, State
+from memphis.tiers.disk import DiskTier
+from memphis.tiers.host import TRANSITIONS, HostTier, State
 
 
 def key(i):

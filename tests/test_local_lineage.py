@@ -1,8 +1,8 @@
 import numpy as np
 
 import memphis
-from memphis.local import numpy_backend
-from memphis.local.lineage import MAX_TRACE_HEIGHT, LineageItem, Untraceable, encode, literal
+from memphis.backends import numpy_backend
+from memphis.tracing.lineage import MAX_TRACE_HEIGHT, LineageItem, Untraceable, encode, literal
 
 
 def leaf(value):

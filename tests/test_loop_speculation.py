@@ -1,14 +1,9 @@
 """Speculative checkpoints in loops: each iteration's result is computed once, even when two jobs read it."""
-import os
-import sys
-
 from pyspark.sql import functions as F
 
 import memphis
-from conftest import in_job_group
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-from workloads.kmeans import points_and_centroids, step  # noqa: E402
+from conftest import in_job_group, memphis_off
+from workloads.kmeans import points_and_centroids, step  # from benchmarks/, which conftest puts on the path
 
 ITERATIONS = 12
 
@@ -49,9 +44,7 @@ def test_a_loop_result_read_by_two_jobs_is_computed_once_per_iteration(fresh):
     spark = fresh
     spark.conf.set("spark.memphis.checkpoint.minHeight", "12")
     try:
-        spark.conf.set("spark.memphis.enabled", "false")
-        plain, _, _ = two_actions_per_iteration(spark, "plain")
-        spark.conf.set("spark.memphis.enabled", "true")
+        plain, _, _ = memphis_off(spark, lambda: two_actions_per_iteration(spark, "plain"))
         spark.conf.set("spark.memphis.loop.speculative", "false")
         delayed, delayed_tasks, delayed_stats = two_actions_per_iteration(spark, "delayed")
         spark.conf.set("spark.memphis.loop.speculative", "true")

@@ -2,8 +2,7 @@
 from pyspark.sql import functions as F
 
 import memphis
-from conftest import in_job_group, memphis_off
-from test_reuse import entry_states, eventually, per_key, sales, uses_memphis_cache
+from conftest import entry_states, eventually, in_job_group, memphis_off, per_key, sales, uses_memphis_cache
 
 
 def per_value(spark, path):

@@ -12,9 +12,9 @@ import pytest
 import memphis
 import memphis.local as ml
 from memphis.gpu import GpuState, GpuTier, SimulatedDevice
-from memphis.local import disk as disk_module
-from memphis.local.disk import DiskTier
-from memphis.local.host import HostTier, State
+from memphis.tiers import disk as disk_module
+from memphis.tiers.disk import DiskTier
+from memphis.tiers.host import HostTier, State
 
 JOIN_TIMEOUT_S = 20  # a thread still alive after this is hung
 
@@ -217,7 +217,7 @@ def test_waiters_of_a_failing_gpu_computation_recompute_and_never_hang(local_tie
 
 
 def test_an_internal_failure_while_caching_gives_the_value_and_counts_it(tmp_path, monkeypatch, caplog):
-    from memphis.local import host
+    from memphis.tiers import host
 
     tier = HostTier(max_bytes=10_000)
 

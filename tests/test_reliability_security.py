@@ -12,9 +12,10 @@ import pytest
 
 import memphis
 import memphis.local as ml
-from memphis.local import broadcasts, lineage
-from memphis.local.disk import DiskTier
-from memphis.local.host import HostTier, State
+from memphis import broadcasts
+from memphis.tracing import lineage
+from memphis.tiers.disk import DiskTier
+from memphis.tiers.host import HostTier, State
 
 
 def key(i):
@@ -108,7 +109,7 @@ def test_a_spill_file_holding_pickled_objects_is_refused(tmp_path):
     import hashlib
     import io
 
-    from memphis.local.disk import MAGIC
+    from memphis.tiers.disk import MAGIC
 
     tier = HostTier(max_bytes=10_000, disk=DiskTier(root=str(tmp_path), max_bytes=1 << 20))
     spill(tier, 1, np.arange(1000.0))
@@ -134,7 +135,7 @@ def colliding(monkeypatch, module):
 
 
 def test_a_hash_collision_of_reused_calls_serves_no_wrong_value(local_tier, monkeypatch):
-    colliding(monkeypatch, importlib.import_module("memphis.local.reuse"))  # the module, not memphis.reuse
+    colliding(monkeypatch, importlib.import_module("memphis.tracing.reuse"))  # the module, not memphis.reuse
 
     @memphis.reuse
     def double(x):

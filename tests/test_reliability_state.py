@@ -12,9 +12,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from memphis.gpu import GpuState, GpuTier, SimulatedDevice
 from memphis.gpu import TRANSITIONS as GPU_TRANSITIONS
-from memphis.local.disk import DiskTier
-from memphis.local.host import TRANSITIONS, HostTier, State
-from memphis.local.lineage import LineageItem
+from memphis.tiers.disk import DiskTier
+from memphis.tiers.host import TRANSITIONS, HostTier, State
+from memphis.tracing.lineage import LineageItem
 
 KEYS = 8
 SIZES = [8 * (1 + (k * 37) % 250) for k in range(KEYS)]  # 8 .. 1784 bytes, fixed per key

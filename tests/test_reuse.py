@@ -2,39 +2,12 @@
 import glob
 import os
 import shutil
-import time
 
 import pytest
 from pyspark.sql import functions as F
 
 import memphis
-from conftest import job_count
-
-
-def eventually(check, seconds=30):
-    """Spark's listener bus tells memphis about stored blocks and ended queries a moment later."""
-    deadline = time.time() + seconds
-    while not check() and time.time() < deadline:
-        time.sleep(0.1)
-    return check()
-
-
-def sales(spark, path, rows=20_000):
-    (spark.range(rows).selectExpr("id", "id % 50 AS k", "(id * 7) % 13 AS v")
-     .repartition(2).write.mode("overwrite").parquet(path))
-    return path
-
-
-def per_key(spark, path):
-    return spark.read.parquet(path).groupBy("k").agg(F.sum("v").alias("total"), F.count("*").alias("n"))
-
-
-def entry_states(spark):
-    return {r["key"]: r for r in spark.sql("SELECT * FROM memphis_cache()").collect()}
-
-
-def uses_memphis_cache(df):
-    return "Scan In-memory table memphis" in df._jdf.queryExecution().executedPlan().toString()
+from conftest import entry_states, eventually, job_count, memphis_off, per_key, sales, uses_memphis_cache
 
 
 def test_shared_aggregate_is_persisted_on_its_second_occurrence_and_served_after(fresh, tmp_path):
@@ -55,13 +28,12 @@ def test_shared_aggregate_is_persisted_on_its_second_occurrence_and_served_after
     assert entry["partitions_stored"] == entry["partitions"] > 0 and entry["size_bytes"] > 0
     assert memphis.stats(spark)["bytes_held"] >= entry["size_bytes"]
 
-    spark.conf.set("spark.memphis.enabled", "false")  # plain Spark answers the same
-    try:
-        for (_, answer), threshold in zip(answers, (0, 100, 200, 300)):
-            assert sorted(per_key(spark, path).where(F.col("total") > threshold).collect()) == answer
-        assert entry_states(spark)[key]["state"] == "evicted", "turning memphis off releases what it holds"
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
+    def plain_answers_and_state():  # plain Spark answers the same
+        return ([sorted(per_key(spark, path).where(F.col("total") > threshold).collect())
+                 for threshold in (0, 100, 200, 300)], entry_states(spark)[key]["state"])
+    plain, state = memphis_off(spark, plain_answers_and_state)
+    assert plain == [answer for _, answer in answers]
+    assert state == "evicted", "turning memphis off releases what it holds"
 
 
 def test_served_queries_skip_the_shared_work(fresh, tmp_path):
@@ -75,11 +47,8 @@ def test_served_queries_skip_the_shared_work(fresh, tmp_path):
         return sum(len(sc.statusTracker().getJobInfo(j).stageIds) for j in sc.statusTracker().getJobIdsForGroup(tag))
 
     served, _ = job_count(spark, "served", lambda: per_key(spark, path).where(F.col("n") > 5).collect())
-    spark.conf.set("spark.memphis.enabled", "false")
-    try:
-        plain, _ = job_count(spark, "plain", lambda: per_key(spark, path).where(F.col("n") > 5).collect())
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
+    plain, _ = memphis_off(spark, lambda: job_count(spark, "plain",
+                                                    lambda: per_key(spark, path).where(F.col("n") > 5).collect()))
     assert served == plain
     assert stages("served") < stages("plain")
 
@@ -116,11 +85,7 @@ def test_a_parquet_directory_changed_outside_spark_is_never_served_stale(fresh, 
     after = sorted(per_key(spark, path).collect())
     assert after != before
     assert memphis.stats(spark)["invalidated"] == invalidated + 1
-    spark.conf.set("spark.memphis.enabled", "false")
-    try:
-        assert sorted(per_key(spark, path).collect()) == after
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
+    assert memphis_off(spark, lambda: sorted(per_key(spark, path).collect())) == after
 
 
 def test_non_deterministic_subplans_are_never_cached(fresh):
@@ -183,11 +148,7 @@ def test_a_subplan_inside_a_persisted_one_is_counted_not_persisted(fresh, tmp_pa
 
     memphis.clear(spark)  # what memphis persisted, and nothing more, leaves Spark's cache
     assert spark_cache_is_empty(spark)
-    spark.conf.set("spark.memphis.enabled", "false")
-    try:
-        assert [sorted(df.collect()) for df in queries()] == answers
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
+    assert memphis_off(spark, lambda: [sorted(df.collect()) for df in queries()]) == answers
 
 
 def test_with_min_occurrences_1_a_shared_subplan_is_persisted_when_it_recurs_in_another_query(fresh, tmp_path):
@@ -238,10 +199,8 @@ def test_the_budget_holds_and_the_policy_picks_what_goes(fresh, policy, kept):
         assert memphis.stats(spark)["bytes_held"] <= budget
         evicted = [e for e in entry_states(spark).values() if e["state"] == "evicted"]
         assert len(evicted) == 1 and "over the budget" in evicted[0]["reason"]
-        spark.conf.set("spark.memphis.enabled", "false")
-        assert [sorted(make(spark).collect()) for make in (expensive, cheap)] == answers
+        assert memphis_off(spark, lambda: [sorted(make(spark).collect()) for make in (expensive, cheap)]) == answers
     finally:
-        spark.conf.set("spark.memphis.enabled", "true")
         spark.conf.unset("spark.memphis.storage.maxBytes")
         spark.conf.unset("spark.memphis.evictionPolicy")
 
@@ -274,11 +233,7 @@ def test_concurrent_queries_answer_right_and_persist_each_entry_once(fresh, tmp_
     def query(threshold):
         return sorted(per_key(spark, path).where(F.col("total") > threshold).collect())
 
-    spark.conf.set("spark.memphis.enabled", "false")
-    try:
-        expected = {t: query(t) for t in set(thresholds)}
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
+    expected = memphis_off(spark, lambda: {t: query(t) for t in set(thresholds)})
     before = memphis.stats(spark)
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(query, thresholds))

@@ -1,13 +1,9 @@
 """Plugin on and off give identical answers over a corpus of related TPC-H-like queries."""
-import os
-import sys
-
 import pytest
 
 import memphis
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from workloads.tpch_exploration import QUERIES, write_tables  # noqa: E402
+from conftest import memphis_off
+from workloads.tpch_exploration import QUERIES, write_tables  # from benchmarks/, which conftest puts on the path
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +22,7 @@ def test_answers_equal_with_memphis_off_and_on(tpch, adaptive):
     assert len(QUERIES) >= 30
     spark.conf.set("spark.sql.adaptive.enabled", adaptive)
     try:
-        spark.conf.set("spark.memphis.enabled", "false")
-        expected = [sorted(spark.sql(q).collect()) for q in QUERIES]
-        spark.conf.set("spark.memphis.enabled", "true")
+        expected = memphis_off(spark, lambda: [sorted(spark.sql(q).collect()) for q in QUERIES])
         memphis.clear(spark)
         hits = memphis.stats(spark)["hits"]
         for round_ in range(3):  # first sight, persist, serve

@@ -2,7 +2,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import memphis
-from conftest import job_count
+from conftest import job_count, memphis_off
 
 ROWS = 2_000
 
@@ -35,12 +35,10 @@ def test_actions_sharing_an_aggregate_compute_it_once_and_answer_as_plain_spark(
     assert after["hits"] - before["hits"] == 4
 
     memphis.clear(spark)
-    spark.conf.set("spark.memphis.enabled", "false")
-    try:
+    def plain_run():
         plain_base, plain_computed = counted_aggregate(spark)
-        plain = [df.collect() for df in grid(plain_base)]
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
+        return plain_computed, [df.collect() for df in grid(plain_base)]
+    plain_computed, plain = memphis_off(spark, plain_run)
     assert plain_computed.value >= len(plain) * ROWS  # each action computes it (a sort samples it once more)
     assert results == plain  # in input order, equal to plain Spark
 

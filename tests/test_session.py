@@ -2,7 +2,7 @@ from pyspark.sql import functions as F
 
 import memphis
 import memphis.gpu
-from memphis.local import broadcasts
+from memphis import broadcasts
 from conftest import job_count
 
 

@@ -4,8 +4,9 @@ score (the JVM is the source of each). A refused start is recognized by the JVM 
 import pytest
 
 from memphis import jar_facts
-from memphis.local import config
-from memphis.local.host import Entry, State
+from memphis.tiers import config
+from memphis.tiers.core import Entry
+from memphis.tiers.host import State
 
 
 def jvm_conf(spark):

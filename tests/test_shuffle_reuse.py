@@ -6,8 +6,7 @@ import shutil
 from pyspark.sql import functions as F
 
 import memphis
-from conftest import in_job_group
-from test_reuse import entry_states, per_key, sales
+from conftest import entry_states, in_job_group, memphis_off, per_key, sales
 
 
 def tasks_run(spark, tag, action):
@@ -38,12 +37,9 @@ def test_second_occurrence_persists_from_the_first_occurrences_shuffle(adaptive,
     assert counters(spark) == (retained + 1, reused + 1)
     assert entry_states(spark)[key]["retained_shuffles"] == 0, "the cached relation takes over"
     assert "ReusedExchange" in second_df._jdf.queryExecution().executedPlan().toString()
-    spark.conf.set("spark.memphis.enabled", "false")
-    try:
-        plain, plain_tasks = tasks_run(spark, "plain", lambda: sorted(query(100).collect()))
-        assert first == sorted(query(0).collect())
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
+    plain, plain_tasks, first_plain = memphis_off(spark, lambda: (
+        *tasks_run(spark, "plain", lambda: sorted(query(100).collect())), sorted(query(0).collect())))
+    assert first == first_plain
     assert second == plain
     # Plain Spark scans and shuffles again; the second occurrence only combines the kept shuffle.
     assert tasks < plain_tasks, (tasks, plain_tasks)
@@ -59,11 +55,7 @@ def test_a_changed_source_is_not_read_from_a_kept_shuffle(fresh, tmp_path):
     reused = counters(spark)[1]
     changed = [sorted(per_key(spark, path).collect()) for _ in range(2)]  # a new key: first, then second occurrence
     assert counters(spark)[1] == reused + 1, "the second occurrence persists from the first over the new files"
-    spark.conf.set("spark.memphis.enabled", "false")
-    try:
-        assert changed == [sorted(per_key(spark, path).collect())] * 2
-    finally:
-        spark.conf.set("spark.memphis.enabled", "true")
+    assert changed == [memphis_off(spark, lambda: sorted(per_key(spark, path).collect()))] * 2
 
 
 def test_retained_shuffles_are_bounded_and_can_be_turned_off(fresh, tmp_path):

@@ -12,6 +12,8 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ben
 sys.path.insert(0, BENCHMARKS)
 import tpch_corpus  # noqa: E402
 
+pytestmark = pytest.mark.slow  # minutes: `make test-fast` leaves it out
+
 SF = 0.1
 # Off, the slowest query takes about 12 s here (Q1, the first, in a cold JVM; the others under 6 s):
 # a query past 45 s is a blowup, and cancelling it there keeps a bad jar's run within minutes.

@@ -1,4 +1,4 @@
-"""Benchmark workloads. Each module defines ``workload(directory) -> memphis.bench.Workload``;
+"""Benchmark workloads. Each module defines ``workload(directory) -> harness.Workload``;
 ``directory`` is a scratch folder for the data it generates. Add a module, then list it here."""
 from workloads import exploration, kmeans, no_reuse, notebook_rerun, tpch_exploration, tpch_session
 

@@ -2,9 +2,10 @@
 
 The expert caches that aggregate by hand, the one DataFrame four of the five queries read, and
 unpersists it after; the queries build the same plan, which Spark's cache then serves."""
-import dataclasses
+import os
 
-from memphis.demo import exploration_workload, explore, sales_and_customers
+from harness import Workload
+from memphis.demo import explore, sales_and_customers, write_sales
 from workloads.tpch_exploration import cached_by_hand
 
 
@@ -14,4 +15,11 @@ def expert(spark, path):
 
 
 def workload(directory):
-    return dataclasses.replace(exploration_workload(directory), expert=expert)
+    return Workload(
+        name="exploration",
+        description="five related queries over one per-customer aggregate of generated sales (Parquet)",
+        prepare=lambda spark, scale: write_sales(spark, int(400_000 * scale), os.path.join(directory, "sales")),
+        run=explore,
+        naive=lambda spark, path: explore(spark, path, cache=lambda df: df.cache()),
+        expert=expert,
+    )

@@ -11,7 +11,7 @@ driver ran out of heap building it in the 14th iteration (Spark 4.2.0).
 """
 from pyspark.sql import functions as F
 
-from memphis.bench import Workload
+from harness import Workload
 
 ITERATIONS = 15  # memphis cuts the lineage from about the 10th on (checkpoint.minHeight 40)
 CHECKPOINT_EVERY = 10

@@ -6,7 +6,7 @@ same code as ``plain`` again (its time beside plain's shows the run-to-run noise
 expert is memphis's cost over plain Spark."""
 import os
 
-from memphis.bench import Workload
+from harness import Workload
 
 
 def write(spark, directory, scale):

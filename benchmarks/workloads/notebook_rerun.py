@@ -9,7 +9,7 @@ import os
 
 from pyspark.sql import functions as F
 
-from memphis.bench import Workload
+from harness import Workload
 from workloads.tpch_exploration import write_tables
 
 

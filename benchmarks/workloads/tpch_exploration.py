@@ -6,7 +6,7 @@ baseline caches the shared subplans by hand, as a Spark expert would, and unpers
 import os
 from contextlib import contextmanager
 
-from memphis.bench import Workload
+from harness import Workload
 
 SEGMENTS = ["AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"]
 

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import memphis
 from memphis import _jvm
 from memphis.errors import MemphisConfigError, MemphisSetupError
 from memphis.session import append_csv
@@ -48,8 +49,6 @@ def _submit(args) -> int:
 
 
 def _stats(master: str) -> int:
-    import memphis
-
     spark = memphis.session(master, app_name="memphis-stats")
     try:
         for name, value in memphis.stats(spark).items():
@@ -78,7 +77,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
         if args.command == "stats":
             return _stats(args.master)
-        from memphis import demo as showcase
+        from memphis import demo as showcase  # imported when asked for: it imports pyspark
         showcase.main(master=args.master, rows=args.rows, plot_path=args.plot)
         return 0
     except (MemphisSetupError, MemphisConfigError) as e:

@@ -5,8 +5,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
-from memphis import _jvm
-from memphis.local import background
+from memphis import _jvm, background
 
 log = logging.getLogger("memphis")
 

@@ -5,7 +5,8 @@ an ensemble weight search, each stage written as a notebook cell would be: it co
 features it needs and prepares them itself. The same code runs twice: with memphis off (plain
 PySpark, ``toArrow()`` and plain numpy) and on (``memphis.collect`` and ``memphis.array``); the
 answers must agree. The exploration queries are also the ``exploration`` benchmark workload
-(``benchmarks/workloads/exploration.py``).
+(``benchmarks/workloads/exploration.py``). Progress shows as tqdm's bar when tqdm is installed,
+else as a line per stage.
 """
 import os
 import sys
@@ -15,8 +16,9 @@ import time
 import numpy as np
 from pyspark.sql import functions as F
 
-from memphis.bench import Workload, difference, pyplot
-from memphis.local.exchange import to_arrow
+import memphis
+from memphis.collect import to_arrow
+from memphis.session import difference
 
 LAMBDAS = np.logspace(-2, 4, 13)
 GROUPS = 64  # product groups: the feature columns (Spark pivots them, so each costs it an aggregate)
@@ -67,16 +69,6 @@ def explore(spark, path: str, cache=lambda df: df) -> list:
     return [[tuple(row) for row in rows] for rows in answers]
 
 
-def exploration_workload(directory: str) -> Workload:
-    return Workload(
-        name="exploration",
-        description="five related queries over one per-customer aggregate of generated sales (Parquet)",
-        prepare=lambda spark, scale: write_sales(spark, int(400_000 * scale), os.path.join(directory, "sales")),
-        run=explore,
-        naive=lambda spark, path: explore(spark, path, cache=lambda df: df.cache()),
-    )
-
-
 def features(spark, path: str):
     """Per customer: the target (revenue in the last 65 days), the number of orders and spend per
     product group in the days before; one row per customer, ordered by customer."""
@@ -93,8 +85,6 @@ class Tools:
     """How a stage collects a DataFrame and wraps an array: memphis's, or plain PySpark and numpy."""
 
     def __init__(self, memphis_on: bool):
-        import memphis
-
         self.collect = (lambda df: memphis.collect(df, as_="numpy")) if memphis_on else \
             (lambda df: to_arrow(df).to_pandas().to_numpy(dtype=float))
         self.array = memphis.array if memphis_on else np.asarray
@@ -201,6 +191,16 @@ def column(counters: dict, names) -> int:
     return round(total / 2 ** 20) if names[0].startswith("bytes") else total
 
 
+def pyplot():
+    """matplotlib's pyplot drawing to files only (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot(seconds: dict, path: str) -> str:
     """Seconds per stage with memphis off and on, as a bar chart in ``path``."""
     plt = pyplot()
@@ -218,17 +218,43 @@ def plot(seconds: dict, path: str) -> str:
     return path
 
 
+class PlainProgress:
+    """The progress of the stages as a line each on stderr, for a machine without tqdm (the
+    subset of tqdm's bar that the demo uses)."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.note = total, 0, ""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *failure):
+        return False
+
+    def set_postfix_str(self, note: str):
+        self.note = note
+
+    def update(self):
+        self.done += 1
+        print(f"demo: {self.done}/{self.total} stages done ({self.note})", file=sys.stderr, flush=True)
+
+
+def progress(total: int):
+    """A progress bar of ``total`` stages: tqdm's when it is installed (a dev dependency), else plain lines."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return PlainProgress(total)
+    return tqdm(total=total, desc="demo", unit="stage", file=sys.stderr)
+
+
 def main(master: str = "local[*]", rows: int = 400_000, plot_path: str = "memphis-demo.png") -> None:
-    from tqdm import tqdm
-
-    import memphis
-
     # The progress bar below replaces Spark's, which would interleave with it.
     spark = memphis.session(master, app_name="memphis-demo", **{"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     try:
         with tempfile.TemporaryDirectory(prefix="memphis-demo-") as directory, \
-                tqdm(total=3 * len(STAGES), desc="demo", unit="stage", file=sys.stderr) as bar:
+                progress(3 * len(STAGES)) as bar:
             warmup = write_sales(spark, min(rows, 20_000), os.path.join(directory, "warmup"))
             path = write_sales(spark, rows, os.path.join(directory, "sales"))
             results = {}

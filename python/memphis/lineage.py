@@ -1,7 +1,10 @@
 """Lineage keys of DataFrames: the identity of a result, as the JVM side computes it."""
 from typing import Optional
 
+import xxhash
+
 from memphis import _jvm
+from memphis.tracing.lineage import Untraceable, bytes_leaf, register_leaf
 
 
 def lineage_key(df) -> Optional[str]:
@@ -31,3 +34,20 @@ def explain_key(df) -> str:
     no lineage key: uuid is non-deterministic
     """
     return _jvm.facade(df.sparkSession).explainKey(df._jdf)
+
+
+def _is_dataframe(value) -> bool:
+    return type(value).__module__.startswith("pyspark.sql") and type(value).__name__ == "DataFrame"
+
+
+def _dataframe_leaf(df):
+    """The leaf item of a Spark DataFrame passed to traced work (``@memphis.reuse``, a broadcast):
+    its lineage key and its schema."""
+    key = lineage_key(df)
+    if key is None:
+        raise Untraceable("the Spark DataFrame has no lineage key")
+    # The key ignores column names (aliases); a function may read them, so they count here.
+    return bytes_leaf("spark", xxhash.xxh3_128((key + df.schema.json()).encode()).hexdigest())
+
+
+register_leaf(_is_dataframe, _dataframe_leaf)

@@ -4,7 +4,7 @@ import os
 import re
 import sys
 
-from memphis import _jvm
+from memphis import _jvm, driver
 from memphis.errors import MemphisConfigError, MemphisSetupError
 
 CONF_PREFIX = "spark.memphis."
@@ -193,12 +193,25 @@ def stats(spark) -> dict:
     >>> memphis.stats(spark)["evicted"]  # doctest: +SKIP
     0
     """
-    from memphis import local
-
     counters = json.loads(_jvm.facade(spark).statsJson(spark._jsparkSession))
-    for name, value in local.stats().items():
+    for name, value in driver.stats().items():
         counters[name if name.startswith("bytes_held_") or name.endswith("_budget_bytes") else f"local_{name}"] = value
     return counters
+
+
+# Stats that are levels, not event counts: reported as read after, not as a difference.
+LEVELS = {"bytes_held", "storage_budget_bytes", "bytes_held_join_broadcasts"}
+
+
+def difference(before: dict, after: dict) -> dict:
+    """What happened between two reads of :func:`stats`: event counts as differences, levels as read after.
+
+    Examples
+    --------
+    >>> difference({"hits": 2, "bytes_held": 10}, {"hits": 5, "bytes_held": 4})
+    {'hits': 3, 'bytes_held': 4}
+    """
+    return {k: v if k in LEVELS else v - before.get(k, 0) for k, v in after.items()}
 
 
 def entries(spark):
@@ -218,17 +231,13 @@ def entries(spark):
     """
     import pandas as pd
 
-    from memphis import local
-
     spark_rows = spark.sql("SELECT * FROM memphis_cache()").toPandas()
     spark_rows.insert(0, "tier", "spark")
-    return pd.concat([spark_rows, local.entries()], ignore_index=True)
+    return pd.concat([spark_rows, driver.entries()], ignore_index=True)
 
 
 def clear(spark) -> None:
     """Unpersists everything memphis holds in Spark storage, forgets its entries, clears the
     driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`."""
-    from memphis import local
-
     _jvm.facade(spark).clear(spark._jsparkSession)
-    local.clear()
+    driver.clear()

@@ -19,14 +19,44 @@ Examples
 >>> float(memphis.gpu.to_host(G).numpy()[0, 0])
 1000.0
 """
-from memphis.gpu.config import NoGpuError, configure, tier
-from memphis.gpu.cupy_device import CupyDevice
-from memphis.gpu.device import CopyStream, Device, SimulatedArray, SimulatedDevice, SimulatedOutOfMemory
-from memphis.gpu.tier import GPU_COUNTERS, TRANSITIONS, Allocator, GpuState, GpuTier
+from memphis.backends.device_backend import device_of
+from memphis.tiers.gpu.config import NoGpuError
+from memphis.tiers.gpu.cupy_device import CupyDevice, usable
+from memphis.tiers.gpu.device import CopyStream, Device, SimulatedArray, SimulatedDevice, SimulatedOutOfMemory
+from memphis.tiers.gpu.tier import GPU_COUNTERS, TRANSITIONS, Allocator, GpuState, GpuTier
+from memphis.tiers.runtime import default
+from memphis.tracing.array import TracedArray, array
 
 __all__ = ["Allocator", "CopyStream", "CupyDevice", "Device", "GPU_COUNTERS", "GpuState", "GpuTier", "NoGpuError",
            "SimulatedArray", "SimulatedDevice", "SimulatedOutOfMemory", "TRANSITIONS", "clear", "configure",
-           "entries", "release_free", "stats", "tier", "to_device", "to_host"]
+           "entries", "release_free", "stats", "tier", "to_device", "to_host", "usable"]
+
+
+def configure(*, device="auto", memory_fraction=None, budget_bytes=None, capacity_bytes=None, copy_bytes_per_s=None):
+    """Replaces the GPU tier (its entries are dropped) with one on ``device``; returns it, or None.
+
+    ``device``: ``"auto"`` (cupy when it imports and sees a CUDA device, else no GPU tier),
+    ``"cupy"``, ``"simulated"`` (a :class:`SimulatedDevice` of ``capacity_bytes``, default 1g,
+    copying at ``copy_bytes_per_s``), ``"none"``, or a :class:`Device`. The budget is
+    ``memory_fraction`` (default: the active Spark session's ``spark.memphis.gpu.memoryFraction``,
+    else 0.9) of the device's free memory now; ``budget_bytes`` sets it outright instead. A value
+    of another kind raises ValueError naming the argument, the value and what is allowed, before
+    anything is replaced.
+
+    Examples
+    --------
+    >>> import memphis.gpu
+    >>> memphis.gpu.configure(device="simulated", capacity_bytes="64m", memory_fraction=0.5).budget_bytes
+    33554432
+    """
+    return default.configure_gpu(device=device, memory_fraction=memory_fraction, budget_bytes=budget_bytes,
+                                 capacity_bytes=capacity_bytes, copy_bytes_per_s=copy_bytes_per_s)
+
+
+def tier(*, required: bool = False):
+    """The process's GPU tier, configured with ``device="auto"`` on first use; None without a GPU
+    (``required=True``: raises :class:`NoGpuError` saying how to get one)."""
+    return default.gpu_tier(required=required)
 
 
 def release_free() -> int:
@@ -49,26 +79,20 @@ def stats() -> dict:
     """The GPU tier's counters (zeros without one): gpu_hits, gpu_misses, recycled_allocations,
     fresh_allocations, evicted_to_host, gpu_deleted, bytes_held_gpu, eviction_time_ms,
     copies_to_device, copies_to_host."""
-    from memphis.local import device_backend
-
-    gpu = device_backend.active
+    gpu = default.gpu
     return gpu.stats() if gpu is not None else dict.fromkeys(GPU_COUNTERS, 0)
 
 
 def entries() -> list:
     """One dict per GPU entry (tier "gpu"); see :func:`memphis.local.entries`."""
-    from memphis.local import device_backend
-
-    gpu = device_backend.active
+    gpu = default.gpu
     return gpu.entries() if gpu is not None else []
 
 
 def clear():
     """Releases every GPU entry; the counters keep counting."""
-    from memphis.local import device_backend
-
-    if device_backend.active is not None:
-        device_backend.active.clear()
+    if default.gpu is not None:
+        default.gpu.clear()
 
 
 def to_device(x):
@@ -83,8 +107,6 @@ def to_device(x):
     >>> import numpy as np, memphis.gpu
     >>> X = memphis.gpu.to_device(np.eye(3))  # doctest: +SKIP
     """
-    from memphis.local.array import TracedArray, array
-
     gpu = tier(required=True)
     if isinstance(x, TracedArray) and gpu.device.is_array(x.numpy()):
         return x
@@ -97,12 +119,8 @@ def to_device(x):
 def to_host(x):
     """A traced device array as a traced numpy array of the same lineage (one counted copy, none when
     the host tier holds that key)."""
-    from memphis.local import config as local_config
-    from memphis.local.array import TracedArray
-    from memphis.local.device_backend import device_of
-
     device = device_of(x.numpy()) if isinstance(x, TracedArray) else None
     if device is None:
         return x
-    found = local_config.tier().peek(x.lineage.key, item=x.lineage)
+    found = default.host().peek(x.lineage.key, item=x.lineage)
     return TracedArray(found[0] if found is not None else device.copy_to_host(x.numpy()), x.lineage)

@@ -5,18 +5,17 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-from memphis.local import numpy_backend
-from memphis.local.disk import DiskTier, spill_format
+from memphis.backends import numpy_backend
+from memphis.tiers.core import MISSING, OWN, REFUSED, Entry, check_move, remember, wait_for
+from memphis.tiers.disk import DiskTier, spill_format
 
 log = logging.getLogger("memphis.local")
 
 MIN_SPILL_SECONDS = 0.010  # below this, estimates of disk time are noise (LIMA): spill only what costs more
-HISTORY_SIZE = 10_000  # how many dropped keys keep their access counts, so a returning entry keeps its score
 INITIAL_OVERHEAD_S = 50e-6  # a first guess of the probe+store time of a miss, replaced by what is measured
 OVERHEAD_SMOOTHING = 0.1  # weight of the latest miss in the moving average of that time
 OVERHEAD_SPIKE_FACTOR = 4  # a miss counts at most this many times the average so far
@@ -46,34 +45,6 @@ TRANSITIONS = {
     State.CACHED: {State.SPILLED, None},
     State.SPILLED: {State.COMPUTING, None},
 }
-
-
-def check_move(transitions: dict, old, new):
-    """Raises unless ``old -> new`` is one of ``transitions`` (a tier's state machine)."""
-    if new not in transitions[old]:
-        raise RuntimeError(f"memphis: invalid entry move {old} -> {new}")
-
-
-@dataclass(eq=False)
-class Entry:
-    key: str
-    item: Any  # the LineageItem, when the caller has one: checked on a hit against hash collisions
-    opcode: str
-    state: State
-    owner: int  # thread that computes it while COMPUTING
-    value: Any = None
-    cost_s: float = 0.0
-    size: int = 0
-    hits: int = 0
-    misses: int = 0
-    last_access: float = field(default_factory=time.monotonic)
-
-    @property
-    def score(self) -> float:
-        """LIMA's cost-and-size score, as every memphis tier computes it (the JVM's
-        ``EvictionPolicy.valuePerByte``): ms of compute per byte held, times (1 + uses); the lowest
-        is evicted first."""
-        return (1 + self.hits + self.misses) * self.cost_s * 1000 / max(self.size, 1)
 
 
 def size_of(value) -> Optional[int]:
@@ -185,33 +156,27 @@ class HostTier:
         me = threading.get_ident()
         entered = time.perf_counter()
         with self._cond:
-            while True:
-                entry = self._entries.get(key)
-                if entry is None:
-                    entry = Entry(key, item, opcode or getattr(item, "opcode", ""), State.COMPUTING, owner=me,
-                                  misses=self._history.pop(key, 0) + 1)
-                    self._check(None, entry)
-                    self._entries[key] = entry
-                    self._counts["misses"] += 1
-                    reload = False
-                    break
-                if item is not None and entry.item is not None and entry.item != item:
-                    self._counts["refused"] += 1
-                    log.debug("refused %s: same hash, different lineage (%s vs %s)", key, item, entry.item)
-                    entry = None
-                    break
-                if entry.state is State.COMPUTING:
-                    if entry.owner == me:  # asked again from inside its own computation: no waiting on oneself
-                        entry = None
-                        break
-                    self._cond.wait()
-                    continue
-                if entry.state is State.CACHED:
-                    return hand_out(self._hit(entry))
+            entry, found = wait_for(self._cond, self._entries, key, item, ready=(State.CACHED, State.SPILLED),
+                                    computing=State.COMPUTING)
+            reload = False
+            if found is MISSING:
+                entry = Entry(key, item, opcode or getattr(item, "opcode", ""), State.COMPUTING, owner=me,
+                              misses=self._history.pop(key, 0) + 1)
+                self._check(None, entry)
+                self._entries[key] = entry
+                self._counts["misses"] += 1
+            elif found is REFUSED:
+                self._counts["refused"] += 1
+                log.debug("refused %s: same hash, different lineage (%s vs %s)", key, item, entry.item)
+                entry = None
+            elif found is OWN:
+                entry = None
+            elif entry.state is State.CACHED:
+                return hand_out(self._hit(entry))
+            else:
                 self._move(entry, State.COMPUTING)  # SPILLED: this thread reloads it
                 entry.owner = me
                 reload = True
-                break
         if entry is None:
             return compute()
         # Whatever fails from here on takes the placeholder out first: waiters wake up and compute
@@ -342,9 +307,7 @@ class HostTier:
         self._move(entry, None)
         entry.value = None
         del self._entries[entry.key]
-        self._history[entry.key] = entry.hits + entry.misses
-        while len(self._history) > HISTORY_SIZE:
-            self._history.popitem(last=False)
+        remember(self._history, entry.key, entry.hits + entry.misses)
         self._cond.notify_all()
         log.debug("dropped %s (%s): %s", entry.key, entry.opcode, reason)
 
@@ -372,7 +335,7 @@ class HostTier:
             if gone is not None and gone.state is State.SPILLED:
                 self._move(gone, None)
                 del self._entries[key]
-                self._history[key] = gone.hits + gone.misses
+                remember(self._history, key, gone.hits + gone.misses)
                 log.debug("dropped %s: evicted from disk", key)
         if not stored:
             return False
@@ -400,9 +363,7 @@ class HostTier:
     def entries(self) -> list:
         """One dict per entry: key, tier, state, opcode, hits, misses, cost_ms, size_bytes, score."""
         with self._cond:
-            return [{"key": e.key, "tier": "disk" if e.state is State.SPILLED else "host", "state": e.state.value,
-                     "opcode": e.opcode, "hits": e.hits, "misses": e.misses, "cost_ms": e.cost_s * 1000,
-                     "size_bytes": e.size, "score": e.score} for e in self._entries.values()]
+            return [e.row("disk" if e.state is State.SPILLED else "host") for e in self._entries.values()]
 
     def clear(self):
         """Drops every entry that is not being computed and the disk files; counters go on counting,

@@ -1,28 +1,24 @@
 """Driver work started in the background (prefetch, early broadcast, run_all's actions), with the
 caller's Spark local properties carried into the thread that runs it."""
 import concurrent.futures
-import threading
 
-_pool = None  # the threads of submit(), made on first use; guarded by _pool_lock
-_pool_lock = threading.Lock()
+from memphis.tiers.runtime import Runtime, default
 
 
-def submit(fn, *args, **kwargs) -> concurrent.futures.Future:
-    """Runs ``fn(*args, **kwargs)`` in a background thread and returns its future at once.
+def submit(fn, *args, runtime: Runtime = default, **kwargs) -> concurrent.futures.Future:
+    """Runs ``fn(*args, **kwargs)`` in a background thread of ``runtime`` and returns its future at once.
 
     The thread gets a copy of the caller's Spark local properties (job group, description,
     scheduler pool), so the jobs it runs count and schedule as the caller's own would.
     """
-    global _pool
     properties = local_properties()
 
     def run():
         adopt(properties)
         return fn(*args, **kwargs)
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="memphis-background")
-        return _pool.submit(run)
+    pool = runtime.part("background", lambda: concurrent.futures.ThreadPoolExecutor(
+        thread_name_prefix="memphis-background"))
+    return pool.submit(run)
 
 
 def local_properties():

@@ -10,11 +10,10 @@ import os
 import re
 import sys
 import tempfile
-import threading
 
 from memphis import jar_facts
-from memphis.local.disk import DiskTier
-from memphis.local.host import HostTier
+from memphis.tiers.disk import DiskTier
+from memphis.tiers.host import HostTier
 
 HOST_MAX_BYTES = "spark.memphis.host.maxBytes"
 DISK_DIR = "spark.memphis.disk.dir"
@@ -25,8 +24,6 @@ HOST_FRACTION_OF_RAM = 0.25  # what host.maxBytes=0 means
 _BYTE_SIZE = re.compile(r"\s*(\d+)\s*([kmgtp]?)b?\s*", re.IGNORECASE)
 _MAX_BYTES = (1 << 63) - 1  # the JVM reads a byte size into a long
 
-_lock = threading.Lock()
-_tier = None  # the process's HostTier, made on first use; guarded by _lock
 
 
 def parse_bytes(text) -> int:
@@ -124,48 +121,14 @@ def resolved(conf: str, argument: str, given, parse):
     return checked(argument, given, parse) if given is not None else checked(conf, setting(conf, None), parse)
 
 
-def _from_confs(host, directory, disk_max, min_cost_s) -> HostTier:
-    host_bytes = resolved(HOST_MAX_BYTES, "host_max_bytes", host, host_budget)
-    disk_bytes = resolved(DISK_MAX_BYTES, "disk_max_bytes", disk_max, parse_bytes)
-    root = resolved(DISK_DIR, "disk_dir", directory, disk_root)
+def host_tier(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, min_cost_s: float = None) -> HostTier:
+    """A host tier (with its disk tier) of these settings; unset ones from the Spark confs (see
+    :func:`memphis.local.configure`). A bad value raises ValueError naming where it came from."""
+    host_bytes = resolved(HOST_MAX_BYTES, "host_max_bytes", host_max_bytes, host_budget)
+    disk_bytes = resolved(DISK_MAX_BYTES, "disk_max_bytes", disk_max_bytes, parse_bytes)
+    root = resolved(DISK_DIR, "disk_dir", disk_dir, disk_root)
     if min_cost_s is not None:
         min_cost_s = checked("min_cost_s", min_cost_s, seconds)
     # An unusable directory shows on the first spill: counted in spill_failed, warned once.
     disk = DiskTier(root=root, max_bytes=disk_bytes) if disk_bytes else None  # 0 turns spilling off
     return HostTier(max_bytes=host_bytes, disk=disk, min_cost_s=min_cost_s)
-
-
-def configure(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, min_cost_s: float = None) -> HostTier:
-    """Replaces the local tiers (their entries are dropped) with ones of these settings.
-
-    Unset values come from the active Spark session's ``spark.memphis.host.maxBytes`` (default
-    ``0``: a quarter of the driver's physical RAM), ``spark.memphis.disk.dir`` (default empty:
-    ``memphis-<user>`` under the system temp dir) and ``spark.memphis.disk.maxBytes`` (default
-    ``10g``; ``0`` turns spilling off). ``min_cost_s``: traced results that took less are not
-    cached; by default the tier's measured probe+store time (0 caches all; tests use it). A value
-    that is not one of these kinds raises ValueError naming the argument (or the conf), the value
-    and what is allowed; nothing is replaced then.
-
-    Examples
-    --------
-    >>> import memphis.local
-    >>> memphis.local.configure(host_max_bytes="64m", disk_max_bytes=0).max_bytes
-    67108864
-    """
-    global _tier
-    tier = _from_confs(host_max_bytes, disk_dir, disk_max_bytes, min_cost_s)
-    with _lock:
-        old, _tier = _tier, tier
-    if old is not None:
-        old.close()
-    return tier
-
-
-def tier() -> HostTier:
-    """The process's host tier (with its disk tier), configured from confs on first use."""
-    global _tier
-    if _tier is None:
-        with _lock:
-            if _tier is None:
-                _tier = _from_confs(None, None, None, None)
-    return _tier

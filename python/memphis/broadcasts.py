@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memphis.local import background, config
-from memphis.local.array import TracedArray
-from memphis.local.host import size_of
-from memphis.local.lineage import LineageItem, Untraceable, encode
+from memphis import background
+from memphis.tiers import config
+from memphis.tiers.host import size_of
+from memphis.tiers.runtime import Runtime, default
+from memphis.tracing.array import TracedArray
+from memphis.tracing.lineage import LineageItem, Untraceable, encode
 
 log = logging.getLogger("memphis.local")
 COUNTERS = ("broadcast_hits", "broadcasts", "broadcasts_early", "broadcasts_evicted", "broadcasts_refused",
@@ -25,15 +27,17 @@ class _Held:
     item: LineageItem  # the value's lineage: compared on a hit, so equal hashes alone serve nothing
 
 
-class BroadcastRegistry:
-    """Broadcasts by the lineage key of their value, least recently used first, within a byte budget.
+class Broadcasts:
+    """The Spark broadcasts of driver values that one cache holds, by the lineage key of their value,
+    least recently used first, within a byte budget (:func:`broadcasts_of` a Runtime).
 
     A broadcast that leaves by the budget is unpersisted, not destroyed: one handed out earlier may
     still be in use, and Spark re-sends it if a job reads it again (its driver copy goes when no
     one holds it, through Spark's cleaner). :meth:`clear` destroys them.
     """
 
-    def __init__(self):
+    def __init__(self, runtime: Runtime = default):
+        self._runtime = runtime  # whose background threads build early broadcasts
         self._lock = threading.Lock()
         self._held = OrderedDict()  # key -> _Held; guarded by _lock
         self._counts = Counter({name: 0 for name in COUNTERS if not name.startswith("bytes_held_")})
@@ -48,7 +52,7 @@ class BroadcastRegistry:
         if isinstance(value, np.ndarray) and value.flags.writeable:
             value = value.copy()  # the caller may change its array while the broadcast is built
         log.debug("broadcast %s started in the background (wait=False)", item.key if item else None)
-        return background.submit(self._broadcast, spark, value, item, early=True)
+        return background.submit(self._broadcast, spark, value, item, early=True, runtime=self._runtime)
 
     def _broadcast(self, spark, value, item, early=False):
         key = item.key if item is not None else None
@@ -117,7 +121,9 @@ def _size_of(value) -> int:
     return size if size is not None else len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-registry = BroadcastRegistry()
+def broadcasts_of(runtime: Runtime = default) -> Broadcasts:
+    """The broadcasts that ``runtime`` holds (none until the first broadcast)."""
+    return runtime.part("broadcasts", lambda: Broadcasts(runtime))
 
 
 def broadcast(spark, value, *, wait=True):
@@ -152,4 +158,4 @@ def broadcast(spark, value, *, wait=True):
     >>> future = memphis.broadcast(spark, centroids + 1, wait=False)  # returns at once  # doctest: +SKIP
     >>> bc = future.result()  # doctest: +SKIP
     """
-    return registry.broadcast(spark, value, wait)
+    return broadcasts_of().broadcast(spark, value, wait)

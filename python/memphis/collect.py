@@ -1,10 +1,11 @@
-"""Spark → driver (and GPU) exchange: a DataFrame's result collected through Arrow once, held by lineage key."""
+"""A Spark DataFrame's result collected to the driver (and the GPU) through Arrow once, held by lineage key."""
 import logging
 
-import numpy as np
-
-from memphis.local import background, config
-from memphis.local.lineage import LineageItem
+from memphis import background
+from memphis.backends.numpy_backend import float_matrix
+from memphis.lineage import lineage_key
+from memphis.tiers.runtime import default
+from memphis.tracing.lineage import LineageItem
 
 log = logging.getLogger("memphis.local")
 
@@ -67,11 +68,9 @@ def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arr
 
 def _collect_item(df):
     """The item of ``df``'s collected result: its JVM lineage key and schema; None without a key."""
-    from memphis.lineage import lineage_key
-
     key = lineage_key(df)
     if key is None:
-        config.tier().count("refused")
+        default.host().count("refused")
         log.debug("collected without reuse: the DataFrame has no lineage key")
         return None
     return LineageItem("collect", literals=(("key", key), ("schema", df.schema.json())))
@@ -94,14 +93,12 @@ def _table(df, item=None):
     item = item or _collect_item(df)
     if item is None:
         return to_arrow(df)
-    return config.tier().get_or_compute(item.key, lambda: to_arrow(df), item=item)
+    return default.host().get_or_compute(item.key, lambda: to_arrow(df), item=item)
 
 
 def _on_gpu(df, as_: str):
     """``df``'s result on the GPU tier's device: one host → device copy per key and format."""
-    from memphis.gpu import tier as gpu_tier
-
-    gpu = gpu_tier(required=True)
+    gpu = default.gpu_tier(required=True)
     form = "numpy" if as_ == "numpy" else "frame"
 
     def transfer(item):
@@ -124,14 +121,6 @@ def _convert(table, as_: str):
     if as_ == "pandas":
         return table.to_pandas()
     return float_matrix(_float_columns(table), table.num_rows)
-
-
-def float_matrix(columns, rows: int) -> np.ndarray:
-    """A row-major (rows, len(columns)) float64 matrix of 1-d host columns."""
-    out = np.empty((rows, len(columns)), dtype=np.float64)
-    for i, column in enumerate(columns):
-        out[:, i] = column
-    return out
 
 
 def _float_columns(table) -> list:

@@ -4,7 +4,10 @@ import math
 import threading
 import weakref
 
+import numpy as np
 import xxhash
+
+from memphis.backends import device_backend, numpy_backend
 
 # Traces deeper than this are cut (see LineageItem.cut) so that loops cannot grow them without bound.
 MAX_TRACE_HEIGHT = 64
@@ -57,7 +60,7 @@ class LineageItem:
     @property
     def pending(self) -> bool:
         """True while the content hash of a raw array in this trace is still to be computed: work
-        on it may start before its key is known (see memphis.local.array.run)."""
+        on it may start before its key is known (see memphis.tracing.calls.started_early)."""
         if self._digest is not None:
             return False
         if self.opcode == "array":
@@ -130,8 +133,6 @@ def literal(value):
     >>> literal(slice(None, 3))
     ('slice', (('NoneType', 'None'), ('int', '3'), ('NoneType', 'None')))
     """
-    import numpy as np
-
     if value is None or value is Ellipsis or isinstance(value, (bool, int, float, complex, str, bytes)):
         if isinstance(value, float) and math.isnan(value):
             return ("float", "nan")
@@ -182,8 +183,6 @@ class ContentDigest:
     def hex(self) -> str:
         with self._lock:
             if self._hex is None:
-                from memphis.local import numpy_backend
-
                 self._hex = numpy_backend.content_digest(self._array)
                 if self._remember:
                     _remember(self._array, self._hex)
@@ -220,8 +219,6 @@ def array_leaf(array) -> LineageItem:
     missed; it is neither copied nor made read-only. From LAZY_HASH_BYTES on, the hash is computed
     when the leaf's key is first needed (ContentDigest).
     """
-    from memphis.local import numpy_backend
-
     if array.dtype.hasobject:
         raise Untraceable("an array of Python objects has no content hash")
     memo = numpy_backend.immutable(array)
@@ -252,8 +249,6 @@ def encode(value, inputs: list):
     appended to ``inputs``; functions are encoded by :func:`function_identity`. Anything else
     without a literal form raises :class:`Untraceable`.
     """
-    import numpy as np
-
     item = getattr(value, "lineage", None)
     if not isinstance(item, LineageItem):
         item = _data_leaf(value)
@@ -271,10 +266,19 @@ def encode(value, inputs: list):
     return literal(value)
 
 
+# Kinds of data that a layer above knows, as (is_kind(value), leaf(value)): memphis.lineage adds
+# Spark DataFrames (by their JVM lineage key), which tracing itself never imports.
+_leaf_kinds = []
+
+
+def register_leaf(is_kind, leaf):
+    """Declares the values for which ``is_kind(value)`` holds data, keyed by the item ``leaf(value)``
+    (which raises :class:`Untraceable` for a value of that kind without a key)."""
+    _leaf_kinds.append((is_kind, leaf))
+
+
 def _data_leaf(value):
     """The leaf item of a raw data value, None for a value that is not data."""
-    from memphis.local import device_backend, numpy_backend
-
     if isinstance(value, numpy_backend.ARRAY_TYPES):
         return array_leaf(value)
     device = device_backend.device_of(value)
@@ -298,21 +302,14 @@ def _data_leaf(value):
             with pa.ipc.new_stream(sink, value.schema) as writer:
                 writer.write(value)
             return bytes_leaf("arrow", xxhash.xxh3_128(sink.getvalue()).hexdigest())
-    if module.startswith("pyspark.sql") and type(value).__name__ == "DataFrame":
-        from memphis.lineage import lineage_key
-
-        key = lineage_key(value)
-        if key is None:
-            raise Untraceable("the Spark DataFrame has no lineage key")
-        # The key ignores column names (aliases); a function may read them, so they count here.
-        return bytes_leaf("spark", xxhash.xxh3_128((key + value.schema.json()).encode()).hexdigest())
+    for is_kind, leaf in _leaf_kinds:
+        if is_kind(value):
+            return leaf(value)
     return None
 
 
 def function_identity(function, inputs: list):
     """A function as a literal: module, qualified name, a hash of its code, and its closure's values."""
-    import numpy as np
-
     if isinstance(function, np.ufunc):
         return ("ufunc", function.__name__)
     code = getattr(function, "__code__", None)

@@ -1,4 +1,4 @@
-"""What memphis needs to know about numpy arrays; a cupy backend will sit beside it (GPU issue)."""
+"""What memphis needs to know about numpy arrays; device arrays have device_backend beside it."""
 import sys
 
 import numpy as np
@@ -60,3 +60,11 @@ def freeze(array: np.ndarray) -> np.ndarray:
         array = array.copy()
     array.flags.writeable = False
     return array
+
+
+def float_matrix(columns, rows: int) -> np.ndarray:
+    """A row-major (rows, len(columns)) float64 matrix of 1-d host columns."""
+    out = np.empty((rows, len(columns)), dtype=np.float64)
+    for i, column in enumerate(columns):
+        out[:, i] = column
+    return out

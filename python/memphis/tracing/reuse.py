@@ -3,16 +3,16 @@ import functools
 import inspect
 import logging
 
-from memphis.local import config, numpy_backend
-from memphis.local.lineage import LineageItem, Untraceable, encode, function_identity, literal
+from memphis.backends import numpy_backend
+from memphis.tiers.runtime import default
+from memphis.tracing.array import TracedArray
+from memphis.tracing.lineage import LineageItem, Untraceable, encode, function_identity, literal
 
 log = logging.getLogger("memphis.local")
 
 
 def _storable(result):
     """The result with traced arrays unwrapped: the tier holds plain values."""
-    from memphis.local.array import TracedArray
-
     if isinstance(result, TracedArray):
         return result.numpy()
     if type(result) in (tuple, list):
@@ -22,8 +22,6 @@ def _storable(result):
 
 def _traced(value, item):
     """Arrays of a result (itself, or the elements of a tuple/list) as traced arrays of the call."""
-    from memphis.local.array import TracedArray
-
     if isinstance(value, numpy_backend.ARRAY_TYPES):
         return TracedArray(value, item)
     if type(value) in (tuple, list):
@@ -69,7 +67,7 @@ def reuse(function=None, *, version=None):
 
     @functools.wraps(function)
     def cached(*args, **kwargs):
-        tier = config.tier()
+        tier = default.host()
         try:
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
@@ -93,8 +91,6 @@ def reuse(function=None, *, version=None):
 
 
 def _has_traced(values) -> bool:
-    from memphis.local.array import TracedArray
-
     return any(isinstance(v, TracedArray) or (type(v) in (tuple, list, dict) and
                                               _has_traced(v.values() if isinstance(v, dict) else v))
                for v in values)

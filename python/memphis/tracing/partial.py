@@ -1,4 +1,8 @@
-"""Partial reuse (LIMA): products of concatenated matrices assembled from cached products of their parts."""
+"""Partial reuse (LIMA): products of concatenated matrices assembled from cached products of their parts.
+
+The rewrites take traced arrays (array.py) as they come, by their ``lineage`` and ``np.asarray``
+value, and return (value, held) for array.py to wrap.
+"""
 import logging
 import threading
 import time
@@ -6,9 +10,9 @@ import weakref
 
 import numpy as np
 
-from memphis.local import config
-from memphis.local.host import State
-from memphis.local.lineage import LineageItem, encode, literal
+from memphis.tiers.runtime import default
+from memphis.tracing.calls import cached, held, product_item, transpose_item
+from memphis.tracing.lineage import LineageItem, encode, literal
 
 log = logging.getLogger("memphis.local")
 
@@ -41,40 +45,39 @@ def _selection(item: LineageItem):
 
 
 def column_selection_product(item: LineageItem, left_item: LineageItem, right):
-    """``P[:, a]ᵀ R`` as ``(PᵀR)[a]``, and ``P[:, a]ᵀ P[:, b]`` as ``(PᵀP)[a][:, b]``, or None.
+    """``P[:, a]ᵀ R`` as ``(PᵀR)[a]``, and ``P[:, a]ᵀ P[:, b]`` as ``(PᵀP)[a][:, b]``: (value,
+    held), or None.
 
     Taken when the product of the source P is cached (a partial hit) or costs at most twice the
     direct product (then it is computed, cached, and serves every later selection of P).
     """
-    from memphis.local.array import TracedArray, run, ufunc_item, wrap
-
     left = _selection(left_item)
     if left is None:
         return None
     source, a = left
-    right_item = right.lineage if isinstance(right, TracedArray) else None
+    right_item = getattr(right, "lineage", None)  # a traced array's
     right_selection = _selection(right_item) if right_item is not None else None
     if right_selection is not None and right_selection[0].lineage.key == source.lineage.key:
         b = right_selection[1]
         other, direct, through_source = source, len(a) * len(b), source.shape[1] ** 2
-    elif isinstance(right, TracedArray) and right.ndim in (1, 2) and right.shape[0] == source.shape[0]:
+    elif right_item is not None and right.ndim in (1, 2) and right.shape[0] == source.shape[0]:
         b = None
         other, direct, through_source = right, len(a), source.shape[1]
     else:
         return None
-    product_item = ufunc_item(np.matmul, "__call__", (source.T, other), {})
-    tier = config.tier()
-    held = tier.state_of(product_item.key) in (State.CACHED, State.SPILLED)
-    if not held and through_source > 2 * direct:
+    whole = product_item(transpose_item(source.lineage), other.lineage)
+    tier = default.host()
+    reused = held(whole)
+    if not reused and through_source > 2 * direct:
         return None
     start = time.perf_counter()
-    product = run(product_item, lambda: source._value.T @ other._value)._value
+    product, _ = cached(whole, lambda: np.asarray(source).T @ np.asarray(other))
     value = product[list(a)] if b is None else product[np.ix_(a, b)]
-    if held:
+    if reused:
         tier.count("partial_hits")
-        log.debug("partial hit %s: a selection of the cached product %s", item.key, product_item.key)
+        log.debug("partial hit %s: a selection of the cached product %s", item.key, whole.key)
     value = tier.get_or_compute(item.key, lambda: value, item=item, cost_hint=time.perf_counter() - start)
-    return wrap(value, item.cut() if tier.state_of(item.key) in (State.CACHED, State.SPILLED) else item)
+    return value, held(item)
 
 
 def canonical_concatenation(function, args, kwargs):
@@ -129,19 +132,17 @@ def crossproduct(item: LineageItem, left_t, right):
     the block matrix ``[Liᵀ Rj]`` (``[X v]ᵀ[X v]`` from ``XᵀX``, ``Xᵀv``, ``vᵀv``; a ones column is
     just a part). Each block is an ordinary traced product: probed, computed once, cached, so it
     serves the next request too. Counted as a partial hit when some block came from the cache.
+    ``left_t`` is a traced array, ``right`` a traced or plain one; returns (value, held) or None.
     """
-    from memphis.local.array import TracedArray, function_item, run, ufunc_item, wrap
-
-    tier = config.tier()
-    if not isinstance(left_t, TracedArray) or tier.state_of(item.key) is not None:
+    tier = default.host()
+    if tier.state_of(item.key) is not None:
         return None  # a full hit (or a computation under way) is better than any rewrite
-    left = left_t._value.T
-    right_value = right._value if isinstance(right, TracedArray) else np.asarray(right)
+    left = np.asarray(left_t).T
+    right_value = np.asarray(right)
     if left_t.ndim != 2 or right_value.ndim not in (1, 2) or left_t.lineage.opcode != "transpose":
         return None
     left_item, right_item = left_t.lineage.inputs[0], item.inputs[1]
-    traced_left = TracedArray(left, left_item)
-    if function_item(np.transpose, (traced_left,), {}) != left_t.lineage:
+    if transpose_item(left_item) != left_t.lineage:
         return None  # a transpose with explicit axes
     selected = column_selection_product(item, left_item, right)
     if selected is not None:
@@ -167,12 +168,9 @@ def crossproduct(item: LineageItem, left_t, right):
             if gram and len(row) > 1 and j < i:
                 blocks[i].append(blocks[j][i].T)  # (Xᵀv)ᵀ = vᵀX: a Gram matrix is symmetric
                 continue
-            traced_p = TracedArray(p_value, p)
-            p_t = TracedArray(p_value.T, function_item(np.transpose, (traced_p,), {}))
-            q_traced = TracedArray(q_value, q)
-            block_item = ufunc_item(np.matmul, "__call__", (p_t, q_traced), {})
+            block_item = product_item(transpose_item(p), q)
             reused += tier.state_of(block_item.key) is not None
-            blocks[i].append(run(block_item, lambda a=p_value.T, b=q_value: a @ b)._value)
+            blocks[i].append(cached(block_item, lambda a=p_value.T, b=q_value: a @ b)[0])
     if summed:
         value = sum(row[0] for row in blocks)  # row-appended: a sum of the parts' products
     elif right_value.ndim == 1:
@@ -184,4 +182,4 @@ def crossproduct(item: LineageItem, left_t, right):
         tier.count("partial_hits")
         log.debug("partial hit %s: %d of %d blocks reused", item.key, reused, sum(map(len, pairs)))
     value = tier.get_or_compute(item.key, lambda: value, item=item, cost_hint=elapsed)
-    return wrap(value, item.cut() if tier.state_of(item.key) in (State.CACHED, State.SPILLED) else item)
+    return value, held(item)

@@ -5,8 +5,8 @@ import weakref
 
 import numpy as np
 
-from memphis.local import device_backend
-from memphis.local.exchange import float_matrix
+from memphis.backends import device_backend
+from memphis.backends.numpy_backend import float_matrix
 
 COPY_COUNTERS = ("allocations", "frees", "copies_to_device", "copies_to_host", "bytes_to_device", "bytes_to_host")
 

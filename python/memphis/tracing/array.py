@@ -1,44 +1,19 @@
 """Traced arrays: numpy work on the driver, recorded as lineage and probed in the cache before it runs."""
-import concurrent.futures
-import inspect
 import logging
-import threading
 
 import numpy as np
 
-from memphis.local import config, device_backend, numpy_backend, partial
-from memphis.local.host import State
-from memphis.local.lineage import LineageItem, Untraceable, array_leaf, bounded, encode, literal
+from memphis.backends import device_backend, numpy_backend
+from memphis.tiers.runtime import default
+from memphis.tracing import partial
+from memphis.tracing.calls import TRACED_FUNCTIONS, cached, function_item, started_early, trace_item, ufunc_item
+from memphis.tracing.lineage import LineageItem, Untraceable, array_leaf, bounded, literal
 
 log = logging.getLogger("memphis.local")
 
-# numpy functions that are pure (same inputs, same output) and are traced; any other function on a
-# traced array runs as plain numpy and returns a plain result (no reuse, never an error).
-_NUMPY = ("all any sum mean std var min max amin amax prod argmin argmax cumsum cumprod nansum nanmean median "
-          "percentile quantile transpose reshape ravel squeeze expand_dims dot vdot inner outer tensordot "
-          "einsum trace diag diagonal tril triu kron concatenate hstack vstack column_stack stack where clip "
-          "round sort argsort take cov corrcoef isclose allclose copy")
-_LINALG = "solve inv pinv eigh eigvalsh eig eigvals svd lstsq qr cholesky det slogdet norm matrix_rank"
-TRACED_FUNCTIONS = {
-    **{getattr(np, name): name for name in _NUMPY.split()},
-    **{getattr(np.linalg, name): "linalg." + name for name in _LINALG.split()},
-}
 # Results that are views of their input: remade in no time, never cached, and never cut, so that
 # the rewrites in partial.py see what ``X.T`` is the transpose of.
 VIEW_OPCODES = {"transpose", "reshape", "ravel", "squeeze", "expand_dims", "diagonal"}
-_signatures = {}
-_early = None  # the threads of started_early, made on first use; guarded by _early_lock
-_early_lock = threading.Lock()
-
-
-def _canonical_arguments(function, args, kwargs):
-    """(name, value) pairs with defaults filled in, so ``a.T`` and ``np.transpose(a, None)`` trace alike."""
-    signature = _signatures.get(function)
-    if signature is None:
-        signature = _signatures[function] = inspect.signature(function)
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return tuple(bound.arguments.items())
 
 
 def _unwrap(value, device=None):
@@ -54,66 +29,16 @@ def _unwrap(value, device=None):
     return value
 
 
-def trace_item(opcode: str, arguments) -> LineageItem:
-    """The item of ``opcode`` applied to ``arguments`` (a tuple); raises Untraceable."""
-    inputs = []
-    literals = encode(arguments, inputs)
-    return LineageItem(opcode, inputs=inputs, literals=(literals,))
-
-
-def function_item(function, args, kwargs) -> LineageItem:
-    """The item of a call of a traced numpy function, as its canonical arguments."""
-    return trace_item(TRACED_FUNCTIONS[function], _canonical_arguments(function, args, kwargs))
-
-
-def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
-    opcode = "ufunc." + ufunc.__name__ + ("" if method == "__call__" else "." + method)
-    return trace_item(opcode, (tuple(inputs), tuple(sorted(kwargs.items()))))
-
-
-def started_early(item: LineageItem, compute):
-    """``compute``, started now in a background thread when ``item`` waits on the content hash of a
-    large raw input (see lineage.ContentDigest): the work then runs while the input is hashed.
-
-    On a miss the caller waits for that work, as it would have run anyway; on a hit it returns the
-    cached value and the early work's result is dropped (counted as ``started_early``). Host work
-    only; a device has its own queue.
-    """
-    if not item.pending or not item.deterministic:
-        return compute
-    global _early
-    with _early_lock:
-        if _early is None:
-            _early = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="memphis-early")
-    config.tier().count("started_early")
-    log.debug("started %s while its input is hashed", item.opcode)
-    return _early.submit(compute).result
-
-
 def run(item: LineageItem, compute, *, view: bool = False, device=None):
     """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage.
 
     ``view``: a result that is never cached (views, indexing): computed and wrapped, no probe.
-    ``device``: the work runs on that device and is probed in its GPU tier (which asks the host
-    tier before computing); host work asks the GPU tier before computing.
+    ``device``: the work runs on that device (see :func:`memphis.tracing.calls.cached`).
     """
-    tier = config.tier()
     if view:
         return wrap(compute(), bounded(item))
-    if not item.deterministic:
-        tier.count("refused")
-        log.debug("not cached %s: it depends on unseeded randomness", item.opcode)
-        return wrap(compute(), bounded(item))
-    if device is not None:
-        if device.tier is None:  # a device without a tier (reconfigured away): plain device work
-            return wrap(compute(), bounded(item))
-        value, held = device.tier.get_or_compute(item.key, compute, item=item)
-        return wrap(value, item.cut() if held else bounded(item))
-    if device_backend.active is not None:
-        compute = device_backend.active.serving_host(item, compute)
-    value = tier.get_or_compute(item.key, compute, item=item, min_cost_s=tier.worth_caching_s())
+    value, held = cached(item, compute, device=device)
     # Cut the trace at a cached key: the cache holds the structure, the trace keeps only its hash.
-    held = tier.state_of(item.key) in (State.CACHED, State.SPILLED)
     return wrap(value, item.cut() if held else bounded(item))
 
 
@@ -131,7 +56,7 @@ def wrap(value, item: LineageItem):
 
 def _plain(function, args, kwargs, why):
     if isinstance(why, Untraceable):  # an argument without a lineage: a refused reuse, not an error
-        config.tier().count("refused")
+        default.host().count("refused")
     log.debug("untraced %s (%s): runs as plain numpy, no reuse", getattr(function, "__name__", function), why)
     return function(*_unwrap(args), **_unwrap(kwargs))
 
@@ -174,10 +99,12 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         compute = lambda: getattr(ufunc, method)(*_unwrap(inputs, device), **_unwrap(kwargs, device))  # noqa: E731
         if device is None:
             compute = started_early(item, compute)
-        if device is None and ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2:
+        if (device is None and ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2
+                and isinstance(inputs[0], TracedArray)):
             rewritten = partial.crossproduct(item, *inputs)  # the rewrites assemble host blocks
             if rewritten is not None:
-                return rewritten
+                value, held = rewritten
+                return wrap(value, item.cut() if held else item)
         return run(item, compute, device=device)
 
     def __array_function__(self, function, types, args, kwargs):

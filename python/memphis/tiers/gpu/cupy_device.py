@@ -3,8 +3,8 @@ import time
 
 import numpy as np
 
-from memphis.gpu.device import Device
-from memphis.local import device_backend
+from memphis.backends import device_backend
+from memphis.tiers.gpu.device import Device
 
 INITIAL_COPY_BYTES_PER_S = 1.5e9  # MEMPHIS' first guess of device → host bandwidth, then learned
 MIN_MEASURED_BYTES = 2 << 20  # smaller copies say more about latency than bandwidth

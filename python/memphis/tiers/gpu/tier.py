@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from memphis.local.host import HISTORY_SIZE, Entry, check_move
+from memphis.tiers.core import MISSING, OWN, REFUSED, Entry, check_move, remember, wait_for
 
 log = logging.getLogger("memphis.gpu")
 
@@ -171,7 +171,7 @@ class GpuTier:
     Examples
     --------
     >>> import numpy as np
-    >>> from memphis.gpu import SimulatedDevice
+    >>> from memphis.tiers.gpu.device import SimulatedDevice
     >>> tier = GpuTier(device=SimulatedDevice(capacity_bytes=1 << 20), budget_bytes=1 << 19)
     >>> make = lambda: tier.device.copy_to_device(np.ones(4))
     >>> [tier.get_or_compute("0" * 32, make)[1] for _ in range(3)]  # seen, kept, hit
@@ -202,36 +202,32 @@ class GpuTier:
     def get_or_compute(self, key: str, compute: Callable, *, item=None, opcode: str = "", delayed: bool = True):
         """(value, held): the device value under ``key``, cached, copied in from the host or computed;
         ``held`` says whether the tier keeps it (the caller then cuts its trace there)."""
-        me = threading.get_ident()
         with self._cond:
-            while True:
-                entry = self._entries.get(key)
-                if entry is None:
-                    self._counts["gpu_misses"] += 1
-                    seen = self._history.get(key)
-                    if seen is None and delayed:
-                        self._remember(key, 1)
-                        log.debug("seen %s once (%s): not kept until it recurs", key, opcode)
-                        break
+            # It waits while the entry is COMPUTING elsewhere, or EVICTING: then it is found on the host.
+            entry, found = wait_for(self._cond, self._entries, key, item, ready=(GpuState.CACHED,),
+                                    computing=GpuState.COMPUTING)
+            if found is MISSING:
+                self._counts["gpu_misses"] += 1
+                seen = self._history.get(key)
+                if seen is None and delayed:
+                    remember(self._history, key, 1)
+                    log.debug("seen %s once (%s): not kept until it recurs", key, opcode)
+                else:
                     check_move(TRANSITIONS, GpuState.SEEN if seen is not None else None, GpuState.COMPUTING)
                     self._history.pop(key, None)
-                    entry = Entry(key, item, opcode or getattr(item, "opcode", ""), GpuState.COMPUTING, owner=me,
-                                  misses=(seen or 0) + 1)
+                    entry = Entry(key, item, opcode or getattr(item, "opcode", ""), GpuState.COMPUTING,
+                                  owner=threading.get_ident(), misses=(seen or 0) + 1)
                     self._entries[key] = entry
-                    break
-                if item is not None and entry.item is not None and entry.item != item:
-                    self._counts["refused"] += 1
-                    entry = None
-                    break
-                if entry.state is GpuState.CACHED:
-                    entry.hits += 1
-                    entry.last_access = time.monotonic()
-                    self._counts["gpu_hits"] += 1
-                    return entry.value, True
-                if entry.owner == me and entry.state is GpuState.COMPUTING:
-                    entry = None  # asked again inside its own computation
-                    break
-                self._cond.wait()  # COMPUTING elsewhere, or EVICTING: then it is found on the host
+            elif found is REFUSED:
+                self._counts["refused"] += 1
+                entry = None
+            elif found is OWN:
+                entry = None  # asked again inside its own computation
+            else:
+                entry.hits += 1
+                entry.last_access = time.monotonic()
+                self._counts["gpu_hits"] += 1
+                return entry.value, True
         try:
             value, cost = self._produce(key, item, compute, timed=entry is not None)
         except BaseException:
@@ -287,11 +283,6 @@ class GpuTier:
         check_move(TRANSITIONS, entry.state, state)
         entry.state = state
 
-    def _remember(self, key: str, accesses: int):
-        self._history[key] = accesses
-        while len(self._history) > HISTORY_SIZE:
-            self._history.popitem(last=False)
-
     def _store(self, entry: Entry, value, cost_s: float) -> bool:
         size = device_nbytes(value)
         if size is None:
@@ -313,7 +304,7 @@ class GpuTier:
         self._move(entry, GpuState.SEEN)
         entry.value = None
         del self._entries[entry.key]
-        self._remember(entry.key, entry.hits + entry.misses)
+        remember(self._history, entry.key, entry.hits + entry.misses)
         self._cond.notify_all()
         log.debug("released %s (%s): %s", entry.key, entry.opcode, reason)
 
@@ -374,9 +365,7 @@ class GpuTier:
     def entries(self) -> list:
         """One dict per entry: key, tier ("gpu"), state, opcode, hits, misses, cost_ms, size_bytes, score."""
         with self._cond:
-            return [{"key": e.key, "tier": "gpu", "state": e.state.value, "opcode": e.opcode, "hits": e.hits,
-                     "misses": e.misses, "cost_ms": e.cost_s * 1000, "size_bytes": e.size, "score": e.score}
-                    for e in self._entries.values()]
+            return [e.row("gpu") for e in self._entries.values()]
 
     def release_free(self) -> int:
         """Gives the free lists back to the device (between phases whose sizes differ); returns the bytes."""

@@ -1,4 +1,6 @@
-"""Runs a workload in several modes in one process and reports times, counters and agreement.
+"""The benchmark harness: runs a workload in several modes in one process and reports times,
+counters and agreement. Benchmarks and tests import it from benchmarks/ (it is not part of the
+package memphis users install).
 
 A mode is a set of session confs and the variant of the workload it runs: ``plain`` is plain Spark
 (memphis off), ``memphis`` is memphis on, ``naive`` is plain Spark with ``cache()`` on every
@@ -17,8 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from memphis._version import __version__
-from memphis.session import clear, stats
+from tqdm import tqdm
+
+from memphis import __version__
+from memphis.demo import pyplot
+from memphis.session import clear, difference, stats
 
 MODES = {
     "plain": {"spark.memphis.enabled": "false"},
@@ -26,9 +31,6 @@ MODES = {
     "naive": {"spark.memphis.enabled": "false"},
     "expert": {"spark.memphis.enabled": "false"},
 }
-
-# Stats that are levels, not event counts: reported as read after the run, not as a difference.
-LEVELS = {"bytes_held", "storage_budget_bytes", "bytes_held_join_broadcasts"}
 
 
 class AnswerMismatch(AssertionError):
@@ -90,11 +92,6 @@ def settle(spark, seconds: float = 1.0) -> None:
     time.sleep(seconds)
 
 
-def difference(before: dict, after: dict) -> dict:
-    """What happened between two reads of :func:`memphis.stats`: event counts as differences, levels as read after."""
-    return {k: v if k in LEVELS else v - before.get(k, 0) for k, v in after.items()}
-
-
 def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
                  repeats: int = 3, warmup: bool = True, progress: bool = True) -> dict:
     """Runs ``workload`` ``repeats`` times per mode (default: ``workload.modes()``), each run
@@ -117,8 +114,6 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
     >>> run_workload(spark, w, repeats=1)["modes"]["memphis"]["median_s"]  # doctest: +SKIP
     0.08
     """
-    from tqdm import tqdm
-
     modes = tuple(modes or workload.modes())
     inputs = workload.prepare(spark, scale)
 
@@ -202,16 +197,6 @@ def grouped_bars(axes, groups, series: dict, *, ylabel: str, log: bool = False, 
     axes.set_ylabel(ylabel)
     axes.set_xticks(range(len(groups)), groups, rotation=15)
     axes.legend(**(legend or {"fontsize": "small"}))
-
-
-def pyplot():
-    """matplotlib's pyplot drawing to files only (no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def plot_speedups(reports, path: str, baseline: str = "plain") -> str:

@@ -1,11 +1,10 @@
-"""What the traced layer needs to know about device arrays (cupy's, or the simulated device's).
+"""What memphis needs to know about device arrays (cupy's, or the simulated device's).
 
-The seam beside numpy_backend: devices register their array type here (memphis.gpu does), so that
-memphis.local never imports cupy nor memphis.gpu. A value is on a device when its type is
+The seam beside numpy_backend: devices register their array type here (memphis.tiers.gpu does),
+so that tracing never imports cupy nor the GPU tier. A value is on a device when its type is
 registered; its device, and through it the GPU tier, come from the registered function.
 """
-_device_of = {}  # array type -> function(array) -> its Device; filled by memphis.gpu
-active = None  # the process's GpuTier, set by memphis.gpu.configure; None: no GPU tier
+_device_of = {}  # array type -> function(array) -> its Device; filled by memphis.tiers.gpu
 
 
 def register(array_type, device_of):

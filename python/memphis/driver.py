@@ -1,0 +1,31 @@
+"""The driver's caches as one: a Runtime's host, disk and GPU tiers with the Spark broadcasts it holds."""
+from memphis.broadcasts import broadcasts_of
+from memphis.tiers.runtime import Runtime, default
+
+COLUMNS = ["key", "tier", "state", "opcode", "hits", "misses", "cost_ms", "size_bytes", "score"]
+
+
+def stats(runtime: Runtime = default) -> dict:
+    """Counters of the local tiers: hits, partial_hits, misses, computed, evicted, spilled, reloaded,
+    refused, corrupt, spill_failed, started_early, internal_errors, bytes_held_host, bytes_held_disk,
+    compute_saved_ms; and the GPU tier's (zeros without one): gpu_hits, gpu_misses,
+    recycled_allocations, fresh_allocations, evicted_to_host, gpu_deleted, bytes_held_gpu,
+    eviction_time_ms, copies_to_device, copies_to_host; and the
+    broadcasts of :func:`memphis.broadcast`: broadcast_hits, broadcasts, broadcasts_evicted,
+    broadcasts_refused, bytes_held_broadcast."""
+    return {**runtime.stats(), **broadcasts_of(runtime).stats()}
+
+
+def entries(runtime: Runtime = default):
+    """One row per local entry (pandas): key, tier (host, disk or gpu), state, opcode, hits, misses,
+    cost_ms, size_bytes, score."""
+    import pandas as pd  # imported when asked for: most sessions never list entries
+
+    return pd.DataFrame(runtime.entries(), columns=COLUMNS)
+
+
+def clear(runtime: Runtime = default):
+    """Drops every local entry (host, disk and GPU) and destroys the broadcasts of
+    :func:`memphis.broadcast`; the counters keep counting."""
+    runtime.clear()
+    broadcasts_of(runtime).clear()

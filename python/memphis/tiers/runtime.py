@@ -1,0 +1,114 @@
+"""The state of one driver cache: its host tier (with the disk tier), its GPU tier and its parts
+made on first use (thread pools, the Spark broadcasts it holds); ``default`` is the process's.
+
+As ``joblib.Memory`` holds its own directory, a Runtime holds its own tiers: memphis.local and
+memphis.gpu act on ``default``, and a test or a second, independent cache makes its own.
+
+Examples
+--------
+>>> cache = Runtime()
+>>> cache.configure_host(host_max_bytes="1m", disk_max_bytes=0).max_bytes
+1048576
+>>> cache.configure_gpu(device="simulated", capacity_bytes="64m").budget_bytes
+60397977
+>>> cache.stats()["gpu_misses"], cache.host() is default.host()
+(0, False)
+"""
+import threading
+from typing import Callable, Optional
+
+from memphis.tiers import config
+from memphis.tiers.gpu import config as gpu_config
+from memphis.tiers.gpu.tier import GPU_COUNTERS, GpuTier
+from memphis.tiers.host import HostTier
+
+
+class Runtime:
+    """One driver cache: its tiers are made from the Spark confs on first use, or by
+    :meth:`configure_host` and :meth:`configure_gpu`."""
+
+    def __init__(self):
+        # Guarded by _lock: the tiers are replaced whole, and read without it (a reader that got the
+        # old one finishes on it; a replaced tier is closed).
+        self._host: Optional[HostTier] = None
+        self.gpu: Optional[GpuTier] = None  # the GPU tier, once configured (or "auto" resolved) to one
+        self._gpu_resolved = False  # whether configure_gpu ran; gpu_tier() runs it with "auto" otherwise
+        self._lock = threading.Lock()
+        self._parts = {}  # name -> a part made on first use; guarded by _lock
+
+    def configure_host(self, **settings) -> HostTier:
+        """Replaces the host tier (its entries are dropped) by one of ``settings`` (see
+        :func:`memphis.local.configure`); a bad value raises ValueError before anything is replaced."""
+        tier = config.host_tier(**settings)
+        with self._lock:
+            old, self._host = self._host, tier
+        if old is not None:
+            old.close()
+        return tier
+
+    def host(self) -> HostTier:
+        """The host tier (with its disk tier), made from the Spark confs on first use."""
+        found = self._host
+        if found is None:
+            with self._lock:
+                if self._host is None:
+                    self._host = config.host_tier()
+                found = self._host
+        return found
+
+    def configure_gpu(self, **settings) -> Optional[GpuTier]:
+        """Replaces the GPU tier (its entries are dropped) by one of ``settings`` (see
+        :func:`memphis.gpu.configure`); returns it, or None without a device. A bad value raises
+        ValueError before anything is replaced."""
+        device, fraction, budget_bytes = gpu_config.chosen(**settings)
+        with self._lock:
+            old, self.gpu = self.gpu, None
+        if old is not None:  # first: the new tier may manage the same device
+            old.close()
+        tier = None
+        if device is not None:
+            budget = budget_bytes if budget_bytes is not None else int(fraction * device.free_bytes())
+            tier = GpuTier(device=device, budget_bytes=budget, host=self.host)
+        with self._lock:
+            self.gpu, self._gpu_resolved = tier, True
+        return tier
+
+    def gpu_tier(self, *, required: bool = False) -> Optional[GpuTier]:
+        """The GPU tier, configured with ``device="auto"`` on first use; None without a GPU
+        (``required=True``: raises :class:`memphis.gpu.NoGpuError` saying how to get one)."""
+        with self._lock:
+            needed = not self._gpu_resolved
+        if needed:
+            self.configure_gpu()
+        found = self.gpu
+        if found is None and required:
+            raise gpu_config.no_gpu()
+        return found
+
+    def part(self, name: str, make: Callable):
+        """The part ``name`` of this cache, ``make()`` on first use: a thread pool, or a layer
+        above's state that belongs to one cache (memphis.broadcasts keeps its broadcasts here)."""
+        with self._lock:
+            found = self._parts.get(name)
+            if found is None:
+                found = self._parts[name] = make()
+            return found
+
+    def stats(self) -> dict:
+        """The counters of the host and disk tiers and of the GPU tier (zeros without one)."""
+        gpu = self.gpu
+        return {**self.host().stats(), **(gpu.stats() if gpu is not None else dict.fromkeys(GPU_COUNTERS, 0))}
+
+    def entries(self) -> list:
+        """One dict per entry of the host, disk and GPU tiers (see :meth:`HostTier.entries`)."""
+        gpu = self.gpu
+        return self.host().entries() + (gpu.entries() if gpu is not None else [])
+
+    def clear(self):
+        """Drops every entry of the host, disk and GPU tiers; the counters keep counting."""
+        self.host().clear()
+        if self.gpu is not None:
+            self.gpu.clear()
+
+
+default = Runtime()

@@ -1,0 +1,1 @@
+"""Tracing driver work: lineage items, traced arrays, partial rewrites and @reuse, probed in the tiers."""
