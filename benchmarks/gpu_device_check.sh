@@ -3,6 +3,7 @@
 # the GPU tier benchmark on cupy. That machine reaches no package index: it uses its own python3,
 # which has cupy, numpy, pyarrow, pytest, tqdm and xxhash (/work/.library/device/KINDS.md). It has no
 # Java, so the Spark-fed GPU test (tests/test_gpu_exchange.py) runs in CI on the simulated device only.
+# The driver tiers read their conf defaults from the jar (memphis.jar_facts): carry python/memphis/jars.
 # Results: benchmarks/results/gpu_tier_cupy{,_batch1024}.{json,md} and, when $OUT is set, copies under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -2,6 +2,8 @@ package io.memphis
 
 import java.util.concurrent.atomic.AtomicLong
 
+import org.slf4j.{Logger, LoggerFactory}
+
 /** The decisions of a [[LineageCache]], as named counters safe to bump from any thread. */
 final class CacheStats {
   import CacheStats.Counter
@@ -10,6 +12,15 @@ final class CacheStats {
 
   def add(counter: Counter.Value, delta: Long = 1L): Unit = values(counter).addAndGet(delta)
 
+  /**
+   * The one path for every decision (persist, reuse, evict, refuse, invalidate): counts it and logs
+   * it at debug level with its reason.
+   */
+  def record(counter: Counter.Value, message: => String): Unit = {
+    add(counter)
+    if (CacheStats.log.isDebugEnabled) CacheStats.log.debug(s"memphis: $message")
+  }
+
   def get(counter: Counter.Value): Long = values(counter).get
 
   /** Every counter by name, in declaration order. */
@@ -17,6 +28,9 @@ final class CacheStats {
 }
 
 object CacheStats {
+  /** memphis's logger (named after the lineage cache, as users configure it). */
+  val log: Logger = LoggerFactory.getLogger(classOf[LineageCache])
+
   /** Names are the public ones: SQL `memphis_stats()` rows and `memphis.stats()` keys. */
   object Counter extends Enumeration {
     val Hits = Value("hits")

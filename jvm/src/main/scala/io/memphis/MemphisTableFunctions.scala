@@ -34,8 +34,8 @@ object MemphisTableFunctions {
     cache => {
       val policy = MemphisConf.EvictionPolicyName.get(SQLConf.get)
       cache.entryRows(e => InternalRow(UTF8String.fromString(e.key.hash),
-        UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.stored.size,
-        e.partitions, e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess, e.firstShuffles.size,
+        UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.relation.fold(0)(_.stored.size),
+        e.relation.fold(0)(_.partitions), e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess, e.firstShuffles.size,
         e.estimatedBytes.fold(-1L)(b => if (b.isValidLong) b.toLong else Long.MaxValue), UTF8String.fromString(e.reason), UTF8String.fromString(e.owner)))
     })
 

@@ -44,11 +44,11 @@ object PythonFacade {
     }.mkString("[", ", ", "]")
   }
 
-  /** Persists the subplan of `df` with key `hash` now (see [[LineageCache.persistAhead]]); whether memphis holds it. */
+  /** Persists the subplan of `df` with key `hash` now (see [[LineageCache.persistShared]]); whether memphis holds it. */
   def persistShared(df: Dataset[_], hash: String, reason: String): Boolean = {
     val session = df.sparkSession
     MemphisConf.Enabled.get(SparkShimImpl.sqlConf(session)) && LineageCache.forContext(session.sparkContext)
-      .persistAhead(session, SparkShimImpl.analyzedPlan(df), hash, reason)
+      .persistShared(session, SparkShimImpl.analyzedPlan(df), hash, reason)
   }
 
   private def keyOf(df: Dataset[_]): LineageKey.Result =

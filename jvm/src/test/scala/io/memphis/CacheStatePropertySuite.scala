@@ -4,6 +4,7 @@ import java.nio.file.{Files, Path}
 
 import scala.collection.mutable
 
+import io.memphis.lineage.LineageKey
 import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext
@@ -22,8 +23,8 @@ import org.scalatestplus.scalacheck.ScalaCheckDrivenPropertyChecks
  * it (queries of two users over two CSV sources, their cached relations filled by block updates,
  * partitions and executors lost, running readers, budget changes, sources changed outside Spark,
  * unpersists outside memphis, everything released) against a real session, after each of which:
- *  - every entry moved along an edge of the state diagram (never back to seen, never materialized
- *    without passing through to-persist);
+ *  - every entry moved along an edge of the state diagram (`EntryState.Edges`: never back to seen,
+ *    never materialized without passing through to-persist);
  *  - only to-persist and materialized entries hold a cached relation, partitions or bytes;
  *  - every cached relation Spark substituted into a query is a held entry of that query's user
  *    whose sources are unchanged: nothing invalid, stale or another user's is served;
@@ -34,6 +35,7 @@ import org.scalatestplus.scalacheck.ScalaCheckDrivenPropertyChecks
  */
 class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with ScalaCheckDrivenPropertyChecks {
   import CacheStatePropertySuite._
+  import EntryState._
 
   private lazy val spark: SparkSession = SparkSession.builder().master("local[2]").appName("memphis-states")
     .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
@@ -89,14 +91,15 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
             finally CurrentUserContext.CURRENT_USER.remove()
           val entries = cache.entryRows(identity)
           served.foreach { name =>
-            val e = entries.find(_.relationName == name)
+            val e = entries.find(_.relation.map(_.name) == name)
             assert(e.exists(e => EntryState.Holding.contains(e.state)), s"$op served $name, held by no entry")
             assert(e.get.owner == Users(user), s"$op served ${e.get.owner}'s entry to ${Users(user)}")
             assert(e.get.key.sourcesUnchanged, s"$op served a stale entry")
           }
         case Materialize(i, bytes, executor) =>
           pick(held(EntryState.ToPersist), i).foreach { e =>
-            val built = e.rddId.map(_ -> e.partitions).orElse(CacheTestShim.buildCachedRdd(spark, e.plan.get))
+            val r = e.relation.get
+            val built = r.rddId.map(_ -> r.partitions).orElse(CacheTestShim.buildCachedRdd(spark, r.plan))
             built.foreach { case (rdd, partitions) =>
               (0 until partitions).foreach(p => cache.blockUpdated(rdd, p, isStored = true, bytes, Executors(executor)))
             }
@@ -108,18 +111,19 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
           }
         case LosePartition(i) =>
           pick(held(EntryState.Materialized), i).foreach(e =>
-            cache.blockUpdated(e.rddId.get, i % e.partitions, isStored = false, 0, Executors(i % Executors.size)))
+            cache.blockUpdated(e.relation.get.rddId.get, i % e.relation.get.partitions, isStored = false, 0, Executors(i % Executors.size)))
         case LoseExecutor(x) => cache.executorRemoved(Executors(x))
         case ReadStart(i) =>
-          pick(cache.entryRows(identity).filter(_.rddId.isDefined), i).foreach { e =>
+          pick(cache.entryRows(identity).filter(_.relation.exists(_.rddId.isDefined)), i).foreach { e =>
             nextReader += 1
             readers += nextReader
-            cache.jobStarted(nextReader.toInt, Some(nextReader), Seq(e.rddId.get -> s"In-memory table ${e.relationName.get}"))
+            val r = e.relation.get
+            cache.jobStarted(nextReader.toInt, Some(nextReader), Seq(r.rddId.get -> s"In-memory table ${r.name}"))
           }
         case ReadEnd => if (readers.nonEmpty) cache.readerEnded(readers.dequeue())
         case SetBudget(bytes) => spark.conf.set("spark.memphis.storage.maxBytes", bytes.toString)
         case ChangeSource(d) => writeFile(dirs(d), 3)
-        case UnpersistOutside(i) => pick(cache.entryRows(identity).filter(_.rddId.isDefined), i).foreach(e => cache.rddUnpersisted(e.rddId.get))
+        case UnpersistOutside(i) => pick(cache.entryRows(identity).filter(_.relation.exists(_.rddId.isDefined)), i).foreach(e => cache.rddUnpersisted(e.relation.get.rddId.get))
         case ReleaseAll => cache.releaseAll(spark, "memphis turned off")
       }
       val after = states
@@ -127,9 +131,10 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
         before.get(e).foreach(from => assert(from == to || Edges(from).contains(to), s"$op moved ${e.id} from $from to $to"))
         if (!before.contains(e)) assert(to == EntryState.Seen || to == EntryState.ToPersist, s"$op made ${e.id} $to")
         if (!EntryState.Holding.contains(to)) {
-          assert(e.rddId.isEmpty && e.relationName.isEmpty && e.plan.isEmpty && e.sizeBytes == 0, s"$op left ${e.id} ($to) holding data")
+          assert(e.relation.isEmpty && e.sizeBytes == 0, s"$op left ${e.id} ($to) holding data")
         } else if (to == EntryState.Materialized) {
-          assert(e.stored.size == e.partitions, s"${e.id} materialized with ${e.stored.size} of ${e.partitions} partitions")
+          val r = e.relation.get
+          assert(r.stored.size == r.partitions, s"${e.id} materialized with ${r.stored.size} of ${r.partitions} partitions")
         }
       }
       assert(cache.heldBytes == after.collect { case (e, s) if EntryState.Holding.contains(s) => e.sizeBytes }.sum)
@@ -139,6 +144,28 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
 
   test("random sequences of operations keep the cache's state machine and budget") {
     forAll(Gen.choose(5, MaxOps).flatMap(Gen.listOfN(_, genOp))) { ops => run(ops) }
+  }
+
+  test("an entry moves along the state diagram's edges only; a move off them is refused and changes nothing") {
+    val paths = Map(Seen -> Nil, ToPersist -> List(ToPersist), Materialized -> List(ToPersist, Materialized),
+      Evicted -> List(ToPersist, Evicted), Invalid -> List(ToPersist, Invalid))
+    def at(state: EntryState.Value): CacheEntry = {
+      val e = new CacheEntry("k", LineageKey("k", "Aggregate", Nil, Nil, 1), "alice", 0L)
+      paths(state).foreach(e.moveTo(_, s"to $state"))
+      e
+    }
+    for (from <- EntryState.values.toSeq; to <- EntryState.values.toSeq) {
+      val e = at(from)
+      val reason = e.reason
+      if (Edges(from).contains(to)) {
+        e.moveTo(to, "allowed")
+        assert(e.state == to && e.reason == "allowed")
+      } else {
+        val refused = intercept[IllegalStateException](e.moveTo(to, "refused"))
+        assert(refused.getMessage.contains(s"from $from to $to"))
+        assert(e.state == from && e.reason == reason, s"$from -> $to")
+      }
+    }
   }
 
   test("a long fixed sequence reaches every state") {
@@ -174,15 +201,6 @@ object CacheStatePropertySuite {
   final case class ChangeSource(dir: Int) extends Op
   final case class UnpersistOutside(pick: Int) extends Op
   case object ReleaseAll extends Op
-
-  import EntryState._
-  /** The state diagram's edges (docs/architecture.md, "States of a cache entry"). */
-  val Edges: Map[EntryState.Value, Set[EntryState.Value]] = Map(
-    Seen -> Set(ToPersist),
-    ToPersist -> Set(Materialized, Evicted, Invalid),
-    Materialized -> Set(ToPersist, Evicted, Invalid),
-    Evicted -> Set(ToPersist),
-    Invalid -> Set(ToPersist))
 
   val genOp: Gen[Op] = Gen.frequency(
     8 -> Gen.zip(Gen.choose(0, 4), Gen.choose(0, Users.size - 1)).map(Query.tupled),

@@ -72,7 +72,7 @@ final class CheckpointFiles(cache: LineageCache) {
     try {
       val path = new Path(folder)
       if (path.getFileSystem(cache.sparkContext.hadoopConfiguration).delete(path, true)) {
-        cache.decide(Counter.CheckpointFilesDeleted, s"deleted checkpoint files $folder: $why")
+        cache.stats.record(Counter.CheckpointFilesDeleted, s"deleted checkpoint files $folder: $why")
       } else LineageCache.log.debug(s"memphis: no checkpoint files at $folder to delete ($why)")
     } catch {
       case NonFatal(e) => LineageCache.log.warn(s"memphis: could not delete checkpoint files $folder ($why): $e")

@@ -90,7 +90,7 @@ final class Checkpoints(cache: LineageCache) {
         val c = new Checkpoint(id(k), k, relation, rdd, builtOn.distinct, made, folder)
         registry(c.id) = c
         used += c
-        cache.decide(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
+        cache.stats.record(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
           s"(${folder.fold("local")(f => s"reliable, in $f")}; height ${height(p)} > $minHeight, $why; " +
           s"built on ${c.builtOn.map(_.number).mkString("[", ",", "]")})")
         c
@@ -134,7 +134,7 @@ final class Checkpoints(cache: LineageCache) {
                 used.remove(before, used.size - before)
                 val why = s"speculative: the loop step of checkpoint #${last.number} applied once more (the next " +
                   "iteration's result), checkpointed at its first occurrence so that this query's job computes it once"
-                cache.decide(Counter.PersistedSpeculatively, s"${k.hash}: $why")
+                cache.stats.record(Counter.PersistedSpeculatively, s"${k.hash}: $why")
                 val c = make(p, inner, k, builtOn, why)
                 CheckpointRelations.rebind(c.relation, p.output)
               case _ => inner
@@ -166,7 +166,7 @@ final class Checkpoints(cache: LineageCache) {
   private def release(c: Checkpoint, why: String): Unit = {
     registry.remove(c.id)
     c.folder.foreach(files.deleteWhenUnreachable(c.rdd, _))
-    cache.decide(Counter.CheckpointsReleased, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
+    cache.stats.record(Counter.CheckpointsReleased, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
   }
 
   /** Lets go of every checkpoint and forgets what was seen (`memphis.clear`, or memphis turned off). */

@@ -35,6 +35,9 @@ final case class LineageKey(hash: String, local: String, children: Seq[LineageKe
 
   def allSources: Seq[SourceFingerprint] = sources ++ children.flatMap(_.allSources)
 
+  /** Whether the key of hash `other` is this one or one of its descendants'. */
+  def contains(other: String): Boolean = hash == other || children.exists(_.contains(other))
+
   /** Looks at every source again; false when any changed since the key was made. */
   def sourcesUnchanged: Boolean = allSources.forall(s => Unavailable.unless(s.recheck()).digest == s.digest)
 

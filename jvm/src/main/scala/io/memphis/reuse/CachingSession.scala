@@ -16,7 +16,7 @@ import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
  * planning started, which Spark keeps with the session they inherited for 60 s after their last
  * task. It also leaves the user's session untouched: other threads read its conf meanwhile.
  *
- * Guarded by the owning LineageCache's lock (one persist at a time).
+ * Guarded by the lineage cache's one lock, its entry table's (one persist at a time).
  */
 final class CachingSession {
   private var user: Option[SparkSession] = None

@@ -12,12 +12,27 @@ final class RecentRecurrence[T](size: Int, recurred: T => Boolean) {
 
   /** Records `t`, met for the first time; when it is worth keeping now, says why. */
   def firstMet(t: T, what: String): Option[String] = {
-    val before = recent.size
-    val came = recent.count(recurred)
-    recent.enqueue(t)
-    if (recent.size > size) recent.dequeue()
-    if (came > 0 && 2 * came >= before) Some(s"$came of the last $before $what recurred") else None
+    val why = RecentRecurrence.reason(recent.map(recurred).toSeq, what)
+    add(t)
+    why
   }
 
+  /** Records `t`, met for the first time, already judged. */
+  def add(t: T): Unit = {
+    recent.enqueue(t)
+    if (recent.size > size) recent.dequeue()
+  }
+
+  /** Oldest first. */
+  def items: Seq[T] = recent.toList
+
   def clear(): Unit = recent.clear()
+}
+
+object RecentRecurrence {
+  /** Why the next new one is worth keeping now, given whether each recent one recurred: when at least half (and one) did. */
+  def reason(recurred: Seq[Boolean], what: String): Option[String] = {
+    val came = recurred.count(identity)
+    if (came > 0 && 2 * came >= recurred.size) Some(s"$came of the last ${recurred.size} $what recurred") else None
+  }
 }

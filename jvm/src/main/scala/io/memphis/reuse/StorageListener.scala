@@ -1,6 +1,7 @@
 package io.memphis.reuse
 
 import io.memphis.LineageCache
+import io.memphis.cache.StorageTracking
 import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
   SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
@@ -30,7 +31,7 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
     if (rdds.nonEmpty) cache.jobStarted(event.jobId, execution, rdds)
   }
 
-  override def onJobEnd(event: SparkListenerJobEnd): Unit = cache.readerEnded(LineageCache.jobReader(event.jobId))
+  override def onJobEnd(event: SparkListenerJobEnd): Unit = cache.readerEnded(StorageTracking.jobReader(event.jobId))
 
   // A lost executor's blocks go without block updates. Its block manager's removal and its own
   // both say so (either may come alone); the second finds nothing left to drop.

@@ -1,19 +1,14 @@
 package io.memphis.reuse
 
-import java.util.IdentityHashMap
-
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.memphis.{LineageCache, MemphisConf}
+import io.memphis.LineageCache
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.LineageKey
-import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
-import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.{PhysicalPlans, SparkRuntime, SparkShimImpl}
 
 /**
@@ -51,15 +46,15 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
  * fails such a read, where an unpersisted one is fetched from the driver again. Spark's
  * ContextCleaner destroys it once no plan references it, as it does for any query's broadcast.
  */
-final class BroadcastRegistry(cache: LineageCache) {
+final class JoinBroadcasts(cache: LineageCache) {
   // Invariant: `entries` ((identity, scope) -> entry, least recently used first), `expected`, `built`,
   // `recent` and `budget` change only under this object's lock.
   private val entries = mutable.LinkedHashMap.empty[(SparkPlan, String), RetainedBroadcast]
   /** Key hashes of broadcasts planned and not registered yet (their query may have just ended). */
   private val expected = mutable.LinkedHashSet.empty[String]
-  /** How often each broadcast (key hash, scope) was built, for the most recent [[BroadcastRegistry.MaxExpected]]. */
+  /** How often each broadcast (key hash, scope) was built, for the most recent [[JoinBroadcasts.MaxExpected]]. */
   private val built = mutable.LinkedHashMap.empty[(String, String), Int]
-  private val recent = new RecentRecurrence[(String, String)](BroadcastRegistry.RecentBroadcasts, built.getOrElse(_, 0) > 1)
+  private val recent = new RecentRecurrence[(String, String)](JoinBroadcasts.RecentBroadcasts, built.getOrElse(_, 0) > 1)
   /** Bytes the registry may hold: from the latest session that planned a broadcast; none until one did. */
   private var budget = 0L
 
@@ -99,12 +94,12 @@ final class BroadcastRegistry(cache: LineageCache) {
     }
     find().orElse {
       if (synchronized(expected.contains(key.hash))) {
-        SparkRuntime.awaitListeners(cache.sparkContext, BroadcastRegistry.ListenerWaitMs)
+        SparkRuntime.awaitListeners(cache.sparkContext, JoinBroadcasts.ListenerWaitMs)
         find()
       } else None
     }.orElse {
       if (synchronized(entries.keys.exists { case (i, s) => i == identity && s != scope })) {
-        cache.decide(Counter.RefusedOtherUser, s"not reusing broadcast ${key.hash} for $scope: another user's")
+        cache.stats.record(Counter.RefusedOtherUser, s"not reusing broadcast ${key.hash} for $scope: another user's")
       }
       None
     }
@@ -117,13 +112,13 @@ final class BroadcastRegistry(cache: LineageCache) {
   def planned(key: LineageKey): Unit = synchronized {
     expected -= key.hash
     expected += key.hash
-    while (expected.size > BroadcastRegistry.MaxExpected) expected.remove(expected.head)
+    while (expected.size > JoinBroadcasts.MaxExpected) expected.remove(expected.head)
   }
 
   /** A SQL execution ended: registers the broadcasts it built whose build side had a key. */
   def executionEnded(end: SparkListenerSQLExecutionEnd): Unit =
     try PhysicalPlans.builtBroadcasts(end).foreach { built =>
-      PhysicalPlans.broadcastExchange(built).getTagValue(BroadcastRegistry.KeyTag).foreach(register(built, _))
+      PhysicalPlans.broadcastExchange(built).getTagValue(JoinBroadcasts.KeyTag).foreach(register(built, _))
     } catch {
       case NonFatal(e) => LineageCache.log.warn(s"memphis: did not register the broadcasts of a query: $e", e)
     }
@@ -144,17 +139,17 @@ final class BroadcastRegistry(cache: LineageCache) {
       val id = key.hash -> planned.scope
       val builds = built.remove(id).getOrElse(0) + 1
       built(id) = builds
-      while (built.size > BroadcastRegistry.MaxExpected) built.remove(built.head._1)
+      while (built.size > JoinBroadcasts.MaxExpected) built.remove(built.head._1)
       val likely = if (builds > 1) Some(s"built $builds times") else recent.firstMet(id, "broadcasts built")
       if (likely.isEmpty) {
-        cache.decide(Counter.BroadcastsSeen, s"seen broadcast ${key.hash}: first build, kept if built again")
+        cache.stats.record(Counter.BroadcastsSeen, s"seen broadcast ${key.hash}: first build, kept if built again")
       } else if (bytes > budget * Admission.MaxShare) {
-        cache.decide(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed its share " +
+        cache.stats.record(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed its share " +
           s"(${Admission.MaxShare} of the budget of $budget)")
       } else {
         entries(identity -> planned.scope) = new RetainedBroadcast(identity, planned.scope, key, plan, bytes,
           PhysicalPlans.broadcastCostMs(plan), System.currentTimeMillis())
-        cache.decide(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes, ${likely.get})")
+        cache.stats.record(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes, ${likely.get})")
         val order = entries.values.toSeq.sortBy(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.lastUse))
         order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget).foreach { r =>
           release(r, Counter.BroadcastsReleased, s"over the budget of $budget bytes (least value per byte)")
@@ -168,7 +163,7 @@ final class BroadcastRegistry(cache: LineageCache) {
     if (entries.get(r.identity -> r.scope).exists(_ eq r)) {
       entries.remove(r.identity -> r.scope)
       PhysicalPlans.releaseBroadcast(r.plan)
-      cache.decide(counter, s"released broadcast ${r.key.hash}: $why")
+      cache.stats.record(counter, s"released broadcast ${r.key.hash}: $why")
     }
   }
 
@@ -181,14 +176,14 @@ final class BroadcastRegistry(cache: LineageCache) {
   }
 }
 
-object BroadcastRegistry {
+object JoinBroadcasts {
   /**
    * The lineage key of a broadcast exchange's build side, set while it is planned, on the query's
    * thread: the listener that registers the broadcast runs on another, so the scope travels with it.
    */
   val KeyTag: TreeNodeTag[PlannedBroadcast] = TreeNodeTag[PlannedBroadcast]("memphis.broadcastKey")
 
-  /** How many planned, unregistered broadcast keys are remembered (for [[BroadcastRegistry.lookup]]'s wait), and built ones counted. */
+  /** How many planned, unregistered broadcast keys are remembered (for [[JoinBroadcasts.lookup]]'s wait), and built ones counted. */
   val MaxExpected = 1024
 
   /** How many recent first builds decide whether the next is kept at once ([[RecentRecurrence]]). */
@@ -196,68 +191,4 @@ object BroadcastRegistry {
 
   /** Longest wait for Spark's listeners before planning a broadcast without reuse. */
   val ListenerWaitMs = 2000L
-}
-
-/**
- * Lets a broadcast join read the broadcast an earlier query built ([[BroadcastRegistry]]) instead
- * of collecting and broadcasting its build side again.
- *
- * Why two hooks, as [[ShuffleReuseRule]]: under adaptive execution it runs as a query-stage
- * preparation rule, before stages are created, so that the reused broadcast is a materialized stage
- * (a dynamic partition pruning subquery's broadcast is planned as its own adaptive plan, and this
- * rule sees it there); without adaptive execution, as a columnar pre-transition rule, the last
- * physical rule that sees the exchanges, including those of pruning subqueries. Spark's own
- * exchange reuse runs after it and leaves the reused broadcasts alone.
- *
- * Only build sides whose lineage key exists are reused or registered: every source fingerprinted,
- * every expression deterministic. It never raises into the user's query.
- */
-final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) extends Rule[SparkPlan] {
-  override def apply(plan: SparkPlan): SparkPlan = {
-    val conf = SparkShimImpl.sqlConf(session)
-    // Under adaptive execution the columnar hook runs inside each stage, where an exchange is being
-    // made a stage and must stay one: the query-stage hook did the work before.
-    val active = MemphisConf.Enabled.get(conf) && SparkRuntime.exchangeReuseEnabled(conf) &&
-      asQueryStage == conf.adaptiveExecutionEnabled
-    if (!active || MemphisConf.BroadcastJoinMaxBytes.get(conf).contains(0L)) plan
-    else {
-      try substitute(plan, conf)
-      catch {
-        case NonFatal(e) =>
-          LineageCache.log.warn(s"memphis: skipped broadcast reuse for this query after an internal error: $e", e)
-          plan
-      }
-    }
-  }
-
-  private def substitute(plan: SparkPlan, conf: SQLConf): SparkPlan = {
-    val exchanges = PhysicalPlans.broadcastsToBuild(plan)
-    if (exchanges.isEmpty) return plan
-    val cache = LineageCache.forContext(session.sparkContext)
-    // Read only for plans with broadcasts: it sums memphis's entries.
-    val budget = cache.budgets(conf).joinBroadcastBudget
-    if (budget <= 0) return plan
-    val context = MemphisConf.keyContext(session)
-    val reuses = new IdentityHashMap[SparkPlan, SparkPlan]
-    exchanges.foreach { exchange =>
-      val key = PhysicalPlans.broadcastBuildSide(exchange).map(LineageKey.of(_, context))
-        .getOrElse(Left("its build side's operators are not all planned from one logical plan"))
-      key match {
-        case Left(reason) => cache.decide(Counter.Refused, s"no reuse of a broadcast: $reason")
-        case Right(k) =>
-          val identity = PhysicalPlans.exchangeIdentity(exchange)
-          val scope = cache.broadcasts.scopeNow
-          cache.broadcasts.lookup(identity, scope, k, budget).flatMap(r => PhysicalPlans.reuseBroadcast(r.plan, exchange, asQueryStage)) match {
-            case Some(reuse) =>
-              reuses.put(exchange, reuse)
-              cache.decide(Counter.BroadcastsReused, s"reuse broadcast ${k.hash}")
-            case None =>
-              PhysicalPlans.broadcastExchange(exchange).setTagValue(BroadcastRegistry.KeyTag, PlannedBroadcast(k, scope))
-              cache.broadcasts.planned(k)
-          }
-      }
-    }
-    if (reuses.isEmpty) plan
-    else plan.transformUpWithSubqueries { case p if reuses.containsKey(p) => reuses.get(p) }
-  }
 }

@@ -1,0 +1,141 @@
+package io.memphis.cache
+
+import java.util.concurrent.atomic.AtomicLong
+
+import scala.collection.mutable
+
+import io.memphis.lineage.LineageKey
+import io.memphis.reuse.{CacheEntry, EntryState, RecentRecurrence}
+import org.apache.spark.sql.execution.SparkPlan
+import org.apache.spark.sql.memphis.PhysicalPlans
+
+/**
+ * The lineage cache's entries: by id (key hash, and user unless shared), by cached RDD, the kept
+ * shuffles of first occurrences, the recent aggregates persisting ahead looks at, and what the
+ * entries take on the driver heap. `shared`: whether an entry serves every user's queries, or only
+ * those of the user whose query produced it.
+ *
+ * Its lock is the lineage cache's one lock: every piece of the cache (storage tracking, eviction,
+ * the slower-query guard) changes its own state and the entries' fields only under it.
+ */
+final class EntryTable(val shared: Boolean, val recentSize: Int) {
+  // Invariant: `entries`, `byRdd`, `retaining` and `recent` change only under this object's lock,
+  // together with the entries' own fields; an entry is in `byRdd` only while it holds a cached
+  // relation (to-persist or materialized) whose RDD Spark has built.
+  private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
+  private val byRdd = mutable.Map.empty[Int, CacheEntry]
+  /** Seen entries that keep their first occurrence's shuffles, oldest first (bounded by a conf). */
+  private val retaining = mutable.LinkedHashSet.empty[CacheEntry]
+  /**
+   * Aggregates first met inside a query (not as its root), newest last: when at least half of them
+   * recurred, the next such one is persisted at its first occurrence (see [[ReusePolicy]]).
+   */
+  val recent = new RecentRecurrence[CacheEntry](recentSize, _.occurrences > 1)
+  /**
+   * Bytes of the entries and their keys on the driver heap, approximately. A running sum, read
+   * without the lock: the broadcast rule reads it while Spark plans a cached relation under that
+   * relation's own lock, which an uncache under this lock also takes.
+   */
+  private val structures = new AtomicLong
+
+  def locked[T](f: => T): T = synchronized(f)
+
+  /** The id of `user`'s entry (or checkpoint, or broadcast) of key `hash`: per user unless shared. */
+  def scoped(hash: String, user: String): String = if (shared) hash else s"$hash $user"
+
+  def get(id: String): Option[CacheEntry] = entries.get(id)
+
+  def contains(id: String): Boolean = entries.contains(id)
+
+  def all: Iterable[CacheEntry] = entries.values
+
+  def holding: Seq[CacheEntry] = entries.values.filter(e => EntryState.Holding.contains(e.state)).toSeq
+
+  def holdsAny: Boolean = synchronized(entries.values.exists(e => EntryState.Holding.contains(e.state)))
+
+  def heldBytes: Long = synchronized(holding.map(_.sizeBytes).sum)
+
+  def structureBytes: Long = structures.get
+
+  /** The entry whose cached relation's RDD this is, once adopted. */
+  def byRddId(rddId: Int): Option[CacheEntry] = byRdd.get(rddId)
+
+  def withRdd: Iterable[CacheEntry] = byRdd.values
+
+  /** `e`'s cached relation's RDD is `rddId`, of `partitions` partitions. */
+  def adopt(e: CacheEntry, rddId: Int, partitions: Int): Unit = e.relation.foreach { r =>
+    r.rddId = Some(rddId)
+    r.partitions = partitions
+    byRdd(rddId) = e
+  }
+
+  /**
+   * A new seen entry for `key`. The entries that only remember (seen, evicted, invalid) are kept to
+   * a bounded number, oldest out.
+   */
+  def remember(id: String, key: LineageKey, user: String, now: Long): CacheEntry = {
+    val e = new CacheEntry(id, key, user, now)
+    entries(e.id) = e
+    structures.addAndGet(EntryTable.structureBytes(e))
+    val remembered = entries.values.filterNot(e => EntryState.Holding.contains(e.state))
+    if (remembered.size > EntryTable.MaxRemembered) {
+      val oldest = remembered.minBy(_.lastAccess)
+      dropShuffles(oldest)
+      entries.remove(oldest.id)
+      structures.addAndGet(-EntryTable.structureBytes(oldest))
+    }
+    e
+  }
+
+  /** Drops what `e` holds: its kept shuffles and its cached relation (Spark's side is the caller's). */
+  def forget(e: CacheEntry): Unit = {
+    dropShuffles(e)
+    e.relation.flatMap(_.rddId).foreach(byRdd.remove)
+    e.relation = None
+  }
+
+  /**
+   * Keeps `shuffles`, written by the first occurrence of seen entry `id`, for its second; at most
+   * `bound` entries keep theirs, oldest let go first, and while `overDisk` more than the newest.
+   * Says whether they are kept now.
+   */
+  def retainShuffles(id: String, shuffles: Seq[SparkPlan], bound: Int, overDisk: () => Boolean): Option[CacheEntry] = {
+    // A plan run again (a DataFrame collected twice) offers the same shuffles again: nothing new.
+    val fresh = (e: CacheEntry) => e.firstShuffles.length != shuffles.length || e.firstShuffles.zip(shuffles).exists(p => p._1 ne p._2)
+    entries.get(id).filter(e => e.state == EntryState.Seen && shuffles.nonEmpty && fresh(e)).map { e =>
+      dropShuffles(e)
+      e.firstShuffles = shuffles
+      retaining += e
+      while (retaining.size > bound) dropShuffles(retaining.head)
+      // Bytes on local disk are known once the shuffles are written: the older ones already are.
+      while (retaining.size > 1 && overDisk()) dropShuffles(retaining.head)
+      e
+    }
+  }
+
+  def dropShuffles(e: CacheEntry): Unit = {
+    e.firstShuffles = Nil
+    retaining -= e
+  }
+
+  /** Bytes the first occurrences' kept shuffles take on local disk. */
+  def retainedShuffleBytes: Long = synchronized(retaining.toSeq).flatMap(_.firstShuffles).map(PhysicalPlans.shuffleBytes).sum
+
+  /** Forgets every entry (after their relations were let go). */
+  def clear(): Unit = {
+    entries.values.foreach(dropShuffles)
+    entries.clear()
+    structures.set(0)
+    recent.clear()
+  }
+}
+
+object EntryTable {
+  /** How many entries that hold nothing are remembered; each keeps only its key. */
+  val MaxRemembered = 10000
+
+  /** Bytes of an entry's own fields on the driver heap, besides its key's text (measured order of magnitude). */
+  val EntryBytes = 1024L
+
+  private def structureBytes(e: CacheEntry): Long = EntryBytes + 2L * e.key.canonicalChars
+}

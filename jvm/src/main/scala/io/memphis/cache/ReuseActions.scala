@@ -1,0 +1,157 @@
+package io.memphis.cache
+
+import scala.collection.mutable
+
+import io.memphis.CacheStats
+import io.memphis.CacheStats.Counter
+import io.memphis.cache.ReusePolicy.{Decisions, Observation}
+import io.memphis.lineage.LineageKey
+import io.memphis.reuse.{Admission, CacheEntry, CachedRelation, EntryState}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.internal.SQLConf
+
+/**
+ * Carries out the reuse policy's decisions: counts each occurrence on its entry, asks
+ * [[Admission]], and persists.
+ *
+ * @param storageShare the bytes of storage memory an admission measures estimates against, under a conf
+ * @param currentExecution the SQL execution this thread plans for, if any
+ */
+final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats, storageShare: SQLConf => Long,
+    currentExecution: () => Option[Long]) {
+  /** How many times memphis persisted anything: numbers cached relations' names. Under the table's lock. */
+  private var persists = 0L
+
+  /** Counts what `decisions` observed on the table, under its lock; returns the observed candidates' entries. */
+  def observe(query: QueryCandidates, decisions: Decisions, now: Long): Map[Int, CacheEntry] = {
+    import Observation._
+    val entries = mutable.Map.empty[Int, CacheEntry]
+    def remember(i: Int) = {
+      val key = query.key(i)
+      table.remember(table.scoped(key.hash, query.user), key, query.user, now)
+    }
+    // Forgotten since the policy's input was read (a first occurrence pushed it out): remembered anew.
+    def known(i: Int) = {
+      val e = table.get(table.scoped(query.key(i).hash, query.user)).getOrElse(remember(i))
+      e.addConsumer(query.consumer)
+      e.occurrences += 1
+      e.lastAccess = now
+      entries(i) = e
+      e
+    }
+    decisions.observed.foreach {
+      case NoKey(i, reason) => stats.record(Counter.Refused, s"no reuse of ${query.subplan(i).nodeName}: $reason")
+      case OtherUsers(i) => stats.record(Counter.RefusedOtherUser,
+        s"not serving ${query.key(i).hash} to ${query.user}: another user's entry; computed on its own")
+      case Collision(i) => stats.record(Counter.Refused,
+        s"no reuse of ${query.subplan(i).nodeName}: its key hash ${query.key(i).hash} collides with another plan's")
+      case FirstSeen(i) =>
+        val e = remember(i)
+        e.addConsumer(query.consumer)
+        entries(i) = e
+        stats.record(Counter.Misses, s"seen ${e.key.hash}: first occurrence")
+      case Hit(i) =>
+        val e = known(i)
+        e.hits += 1
+        stats.add(Counter.ComputeSavedMs, e.costMs)
+        currentExecution().foreach(e.readers += _)
+        stats.record(Counter.Hits, s"reuse ${e.key.hash} (${e.state}, hit ${e.hits})")
+      case Miss(i) =>
+        val e = known(i)
+        if (e.state == EntryState.Evicted) e.misses += 1
+        stats.record(Counter.Misses, s"miss ${e.key.hash} (${e.state}, occurrence ${e.occurrences})")
+    }
+    decisions.recentlyMet.foreach(i => table.recent.add(entries(i)))
+    entries.toMap
+  }
+
+  /**
+   * Persists what the policy chose of the due candidates [[admits]] lets through, innermost first;
+   * returns the subplans this query reads from memphis's storage (served or persisted, by identity)
+   * and their entries.
+   */
+  def persistDue(session: SparkSession, query: QueryCandidates, candidates: IndexedSeq[ReusePolicy.Candidate],
+      decisions: Decisions, entries: Map[Int, CacheEntry], conf: QueryConf): (java.util.Set[LogicalPlan], Set[CacheEntry]) = {
+    val owned = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap[LogicalPlan, java.lang.Boolean])
+    val used = mutable.Set.empty[CacheEntry]
+    decisions.served.foreach { i =>
+      owned.add(query.subplan(i))
+      used += entries(i)
+    }
+    val admitted = decisions.due.filter(i => admits(session, query.subplan(i), entries(i), conf.sql))
+    val chosen = ReusePolicy.choose(candidates, admitted, i => table.locked(entries(i).occurrences))
+    table.locked(chosen.foreach { i =>
+      val e = entries(i)
+      // A concurrent query may have persisted it since it was found due.
+      if (!EntryState.Holding.contains(e.state)) {
+        val ahead = decisions.ahead.get(e.id)
+        persist(session, e, query.subplan(i), ahead.getOrElse(s"occurrence ${e.occurrences}: persisted") +
+          ", filled by the job that needs it", owned)
+        if (ahead.isDefined && EntryState.Holding.contains(e.state)) stats.add(Counter.PersistedAhead)
+      }
+      if (EntryState.Holding.contains(e.state)) {
+        owned.add(query.subplan(i))
+        used += e
+      }
+    })
+    (owned, used.toSet)
+  }
+
+  /**
+   * Persists `user`'s `subplan` (key `key`) now, before its first occurrence (see
+   * [[io.memphis.LineageCache.persistShared]]); says whether memphis holds it now.
+   */
+  def persistShared(session: SparkSession, user: String, subplan: LogicalPlan, key: LineageKey,
+      reason: String, conf: SQLConf): Boolean = table.locked {
+    val id = table.scoped(key.hash, user)
+    val entry = table.get(id) match {
+      case Some(e) => Some(e).filter(_.key.sameLineage(key))
+      case None => Some(table.remember(id, key, user, System.currentTimeMillis()))
+    }
+    entry.filter(e => EntryState.Holding.contains(e.state) || admits(session, subplan, e, conf)).exists { e =>
+      if (!EntryState.Holding.contains(e.state)) persist(session, e, subplan, reason, java.util.Collections.emptySet())
+      EntryState.Holding.contains(e.state)
+    }
+  }
+
+  /**
+   * Whether `e`'s due subplan may be persisted: not when [[Admission]] refuses it (decided once per
+   * entry, outside the lock: it runs the optimizer) or when it was refused since (too large once
+   * stored, or it made a query slower). A refusal is counted each time and shown as the entry's reason.
+   */
+  private def admits(session: SparkSession, subplan: LogicalPlan, e: CacheEntry, conf: SQLConf): Boolean = {
+    if (table.locked(e.refusal.isEmpty && e.estimatedBytes.isEmpty)) {
+      val verdict = Admission.verdict(session, subplan, storageShare(conf))
+      table.locked(verdict.fold(r => e.refusal = Some(r), bytes => e.estimatedBytes = Some(bytes)))
+    }
+    table.locked(e.refusal).forall { case (counter, why) =>
+      table.locked(e.reason = why)
+      stats.record(counter, s"no reuse of ${e.key.hash}: $why")
+      false
+    }
+  }
+
+  /**
+   * Registers the subplan with Spark's CacheManager, which substitutes it into this query and fills
+   * it in the job that needs it. Its RDD appears only then; storage tracking adopts it by name.
+   * `inner`: subplans inside it held for the same user ([[QueryCandidates.owned]]).
+   */
+  private def persist(session: SparkSession, e: CacheEntry, subplan: LogicalPlan, reason: String,
+      inner: java.util.Set[LogicalPlan]): Unit = {
+    val toCache = QueryCandidates.owned(subplan, e.owner, inner, table.shared)
+    if (Seq(subplan, toCache).distinct.exists(spark.relationName(session, _).isDefined)) {
+      e.reason = "already cached outside memphis"
+    } else {
+      persists += 1
+      val name = s"memphis ${e.key.hash} #$persists"
+      val reused = (n: Int) => stats.record(Counter.ShufflesReused, s"persist ${e.key.hash} from $n shuffle(s) of its first occurrence")
+      try spark.cache(session, toCache, name, e.firstShuffles, reused)
+      finally table.dropShuffles(e)
+      e.relation = Some(new CachedRelation(name, toCache, System.currentTimeMillis()))
+      currentExecution().foreach(e.readers += _)
+      e.moveTo(EntryState.ToPersist, reason)
+      stats.record(Counter.Persisted, s"persist ${e.key.hash} (${e.reason})")
+    }
+  }
+}

@@ -1,0 +1,87 @@
+package io.memphis.cache
+
+import io.memphis.cache.ReusePolicy.{Candidate, Past}
+import io.memphis.cache.ReusePolicy.Observation._
+import io.memphis.reuse.EntryState
+import org.apache.spark.sql.internal.SQLConf
+import org.scalatest.funsuite.AnyFunSuite
+
+/** The reuse policy on plain inputs: no Spark session, no plans, no cache. */
+class ReusePolicySuite extends AnyFunSuite {
+  private def settings(min: Int = 2, retain: Boolean = true, ahead: Boolean = false) =
+    QueryConf(min, retainShuffles = retain, persistAhead = ahead, sql = new SQLConf)
+
+  private def decide(candidates: Seq[Candidate], past: Map[String, Past] = Map.empty, recent: Seq[String] = Nil,
+      conf: QueryConf = settings()) = ReusePolicy.decide(candidates.toIndexedSeq, past, recent, 16, conf)
+
+  private val join = Candidate(Right("j"))
+  private val agg = Candidate(Right("a"), keepsShuffle = true)
+
+  test("a first occurrence is seen; an aggregate's keeps its shuffle; nothing is due before the k-th") {
+    val d = decide(Seq(join, agg.copy(within = Set(0))))
+    assert(d.observed == Seq(FirstSeen(0), FirstSeen(1)))
+    assert(d.due.isEmpty && d.served.isEmpty && d.ahead.isEmpty)
+    assert(d.retain == Seq(1))
+    assert(decide(Seq(agg), conf = settings(retain = false)).retain.isEmpty)
+    assert(decide(Seq(join, agg), conf = settings(min = 1)).due == Seq(0, 1))
+  }
+
+  test("the k-th occurrence is due; an evicted entry is due when it returns") {
+    val seen = Map("j" -> Past(EntryState.Seen, 1))
+    assert(decide(Seq(join), seen).observed == Seq(Miss(0)))
+    assert(decide(Seq(join), seen).due == Seq(0))
+    assert(decide(Seq(join), seen, conf = settings(min = 3)).due.isEmpty)
+    assert(decide(Seq(join), Map("j" -> Past(EntryState.Evicted, 0)), conf = settings(min = 3)).due == Seq(0))
+  }
+
+  test("the same subplan twice in one query counts twice") {
+    val d = decide(Seq(join.copy(key = Right("x")), agg.copy(key = Right("x"), within = Set(0))))
+    assert(d.observed == Seq(FirstSeen(0), Miss(1)))
+    assert(d.due == Seq(1))
+  }
+
+  test("a held entry that Spark substitutes is served, and nothing under it is looked at") {
+    val held = Map("j" -> Past(EntryState.Materialized, 3))
+    val inner = agg.copy(within = Set(0))
+    val d = decide(Seq(join.copy(cached = true), inner), held)
+    assert(d.observed == Seq(Hit(0)) && d.served == Seq(0) && d.due.isEmpty)
+    // Held but not substituted (another plan cached it as something else): counted, not served.
+    val missed = decide(Seq(join, inner), held)
+    assert(missed.observed == Seq(Miss(0), FirstSeen(1)) && missed.served.isEmpty && missed.due == Seq(0))
+  }
+
+  test("no key, a colliding hash and another user's entry are refusals") {
+    val d = decide(Seq(Candidate(Left("nondeterministic")), join.copy(collides = true), agg.copy(othersHold = true)),
+      Map("j" -> Past(EntryState.Seen, 4)))
+    assert(d.observed == Seq(NoKey(0, "nondeterministic"), Collision(1), OtherUsers(2), FirstSeen(2)))
+    assert(d.due.isEmpty)
+  }
+
+  test("an aggregate is persisted ahead when at least half of the recent ones recurred") {
+    val recent = Seq("r1", "r2", "r3")
+    val past = Map("r1" -> Past(EntryState.Seen, 2), "r2" -> Past(EntryState.Seen, 1), "r3" -> Past(EntryState.Seen, 1))
+    val on = settings(ahead = true)
+    assert(decide(Seq(agg), past, recent, on).due.isEmpty, "1 of 3 recurred")
+    val d = decide(Seq(agg), past + ("r2" -> Past(EntryState.Seen, 3)), recent, on)
+    assert(d.due == Seq(0) && d.retain.isEmpty && d.recentlyMet == Seq(0))
+    assert(d.ahead == Map("a" -> "occurrence 1: persisted ahead, 2 of the last 3 aggregates first met inside a query recurred"))
+    // Never the query's answer, nor over a held result; those are not judged (nor remembered) either.
+    Seq(agg.copy(answer = true), agg.copy(heldInside = true)).foreach { c =>
+      val no = decide(Seq(c), past + ("r2" -> Past(EntryState.Seen, 3)), recent, on)
+      assert(no.due.isEmpty && no.retain == Seq(0) && no.recentlyMet.isEmpty)
+    }
+  }
+
+  test("an occurrence counted earlier in the same query counts as recurred for persisting ahead") {
+    val d = decide(Seq(join.copy(key = Right("r1")), agg), Map("r1" -> Past(EntryState.Seen, 1)), Seq("r1"), settings(ahead = true))
+    assert(d.due == Seq(0, 1) && d.ahead.keySet == Set("a"))
+  }
+
+  test("a due subplan inside another due one is persisted only when it recurred more often; innermost first") {
+    val candidates = IndexedSeq(join, agg.copy(within = Set(0)), Candidate(Right("b"), within = Set(0, 1)))
+    val occurrences = Map(0 -> 2, 1 -> 2, 2 -> 5)
+    assert(ReusePolicy.choose(candidates, Seq(0, 1, 2), occurrences) == List(2, 0))
+    assert(ReusePolicy.choose(candidates, Seq(1, 2), occurrences) == List(2, 1))
+    assert(ReusePolicy.choose(candidates, Seq(0, 1), occurrences) == List(0))
+  }
+}
