@@ -60,6 +60,21 @@ profiles() { # <line>_<scala>
 }
 step() { echo; echo "== $* ($(date +%T))"; }
 
+# The line venvs are made (downloads, pyspark's wheel built from its sdist) while the ScalaTest
+# suites run: mostly waiting on the network and the disk.
+make_line_venvs() {
+  while read -r build oldest _ python_java; do
+    [ "$python_java" = - ] && continue
+    local venv=.venv-spark-${build%_*}
+    test -x "$venv/bin/python" || "$PYTHON" -m venv "$venv"
+    grep -E "^($LINE_DEPS)==" requirements-dev.txt > "$venv/requirements.txt"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$venv/requirements.txt" "pyspark==$oldest"
+  done <<< "$MATRIX"
+}
+venv_log=$(mktemp)
+make_line_venvs > "$venv_log" 2>&1 &
+venvs_made=$!
+
 while read -r build oldest scalatest_javas python_java; do
   first=${scalatest_javas%%,*}
   step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $first"
@@ -75,14 +90,13 @@ done <<< "$MATRIX"
 step "ScalaTest on the default jar, Java 21"
 $MVN test -Djvm="$(java_home 21)/bin/java"
 
+step "the line venvs"
+wait "$venvs_made" || { cat "$venv_log"; exit 1; }
 venvs=()
 while read -r build oldest _ python_java; do
   [ "$python_java" = - ] && continue
   line=${build%_*}; venv=.venv-spark-$line; venvs+=("$venv")
   step "core Python scenarios on pyspark $oldest, Java $python_java"
-  test -x "$venv/bin/python" || "$PYTHON" -m venv "$venv"
-  grep -E "^($LINE_DEPS)==" requirements-dev.txt > "$venv/requirements.txt"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$venv/requirements.txt" "pyspark==$oldest"
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
   # shellcheck disable=SC2086
   JAVA_HOME=$(java_home "$python_java") "$venv/bin/python" -m pytest -q -p no:cacheprovider $LINE_TESTS

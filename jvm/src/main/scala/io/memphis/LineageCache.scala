@@ -39,10 +39,10 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private val spark = new SparkCache
 
   /** Loop-carried subplans cut by local checkpoints (see [[io.memphis.checkpoint.CheckpointRule]]). */
-  val checkpoints = new io.memphis.checkpoint.Checkpoints(this)
+  val checkpoints = new io.memphis.checkpoint.Checkpoints(sparkContext, stats, scoped, storageBudgetBytes)
 
   /** Broadcasts of joins that later queries read instead of building them again. */
-  val broadcasts = new io.memphis.reuse.JoinBroadcasts(this)
+  val broadcasts = new io.memphis.reuse.JoinBroadcasts(sparkContext, stats, shareAcrossUsers)
 
   private val eviction = new Eviction(table, spark, stats, storageBudgetBytes, () => checkpoints.storageBytes)
   private val storage = new StorageTracking(sparkContext, table, spark, eviction, stats)

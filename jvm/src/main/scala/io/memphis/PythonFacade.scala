@@ -1,5 +1,7 @@
 package io.memphis
 
+import scala.util.control.NonFatal
+
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
@@ -44,11 +46,21 @@ object PythonFacade {
     }.mkString("[", ", ", "]")
   }
 
-  /** Persists the subplan of `df` with key `hash` now (see [[LineageCache.persistShared]]); whether memphis holds it. */
+  /**
+   * Persists the subplan of `df` with key `hash` now (see [[LineageCache.persistShared]]); whether
+   * memphis holds it. An internal failure is logged and persists nothing: `run_all`'s actions then
+   * run as plain Spark would.
+   */
   def persistShared(df: Dataset[_], hash: String, reason: String): Boolean = {
     val session = df.sparkSession
-    MemphisConf.Enabled.get(SparkShimImpl.sqlConf(session)) && LineageCache.forContext(session.sparkContext)
-      .persistShared(session, SparkShimImpl.analyzedPlan(df), hash, reason)
+    try {
+      MemphisConf.Enabled.get(SparkShimImpl.sqlConf(session)) && LineageCache.forContext(session.sparkContext)
+        .persistShared(session, SparkShimImpl.analyzedPlan(df), hash, reason)
+    } catch {
+      case NonFatal(e) =>
+        LineageCache.log.warn(s"memphis: did not persist a shared subplan after an internal error: $e", e)
+        false
+    }
   }
 
   private def keyOf(df: Dataset[_]): LineageKey.Result =

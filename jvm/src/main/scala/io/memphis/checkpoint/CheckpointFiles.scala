@@ -6,8 +6,9 @@ import java.util.UUID
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.memphis.LineageCache
+import io.memphis.CacheStats
 import io.memphis.CacheStats.Counter
+import org.apache.spark.SparkContext
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 import org.apache.spark.rdd.RDD
@@ -23,7 +24,7 @@ import org.apache.spark.scheduler.{SparkListener, SparkListenerApplicationEnd}
  * deep query); Spark's own cleaner cannot do it, as it only knows `SparkContext.checkpointDir`. When
  * the application ends nothing can read them, and the application's folders go with it.
  */
-final class CheckpointFiles(cache: LineageCache) {
+final class CheckpointFiles(sparkContext: SparkContext, stats: CacheStats) {
   // Invariant: `pending` (weak reference to a released checkpoint's RDD -> its folder) and `roots`
   // change only under this object's lock.
   private val unreachable = new ReferenceQueue[RDD[_]]
@@ -33,7 +34,7 @@ final class CheckpointFiles(cache: LineageCache) {
   /** Bytes of the files in `folder` when it is on the local filesystem (else 0: not this machine's disk). */
   def localBytes(folder: String): Long = try {
     val path = new Path(folder)
-    val fs = path.getFileSystem(cache.sparkContext.hadoopConfiguration)
+    val fs = path.getFileSystem(sparkContext.hadoopConfiguration)
     if (fs.getScheme == "file" && fs.exists(path)) fs.getContentSummary(path).getLength else 0L
   } catch {
     case NonFatal(_) => 0L
@@ -41,8 +42,8 @@ final class CheckpointFiles(cache: LineageCache) {
 
   /** A new folder for checkpoint number `n` under `dir`, for this application. */
   def folder(dir: String, n: Long): String = synchronized {
-    val root = new Path(dir, s"memphis-${cache.sparkContext.applicationId}").toString
-    if (roots.isEmpty) cache.sparkContext.addSparkListener(new SparkListener {
+    val root = new Path(dir, s"memphis-${sparkContext.applicationId}").toString
+    if (roots.isEmpty) sparkContext.addSparkListener(new SparkListener {
       override def onApplicationEnd(end: SparkListenerApplicationEnd): Unit = deleteRoots()
     })
     roots += root
@@ -71,11 +72,11 @@ final class CheckpointFiles(cache: LineageCache) {
   private def delete(folder: String, why: String): Unit =
     try {
       val path = new Path(folder)
-      if (path.getFileSystem(cache.sparkContext.hadoopConfiguration).delete(path, true)) {
-        cache.stats.record(Counter.CheckpointFilesDeleted, s"deleted checkpoint files $folder: $why")
-      } else LineageCache.log.debug(s"memphis: no checkpoint files at $folder to delete ($why)")
+      if (path.getFileSystem(sparkContext.hadoopConfiguration).delete(path, true)) {
+        stats.record(Counter.CheckpointFilesDeleted, s"deleted checkpoint files $folder: $why")
+      } else CacheStats.log.debug(s"memphis: no checkpoint files at $folder to delete ($why)")
     } catch {
-      case NonFatal(e) => LineageCache.log.warn(s"memphis: could not delete checkpoint files $folder ($why): $e")
+      case NonFatal(e) => CacheStats.log.warn(s"memphis: could not delete checkpoint files $folder ($why): $e")
     }
 }
 

@@ -4,12 +4,14 @@ import java.util.IdentityHashMap
 
 import scala.collection.mutable
 
-import io.memphis.{LineageCache, MemphisConf}
+import io.memphis.{CacheStats, MemphisConf}
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.LineageKey
+import org.apache.spark.SparkContext
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.{Command, LogicalPlan}
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.{CheckpointRelations, SparkShimImpl}
 
 /**
@@ -47,12 +49,13 @@ final class Checkpoint(val id: String, val key: LineageKey, val relation: Logica
  * (deterministic, every source fingerprinted), and not when the loop's previous result takes more
  * than the storage budget (the last iteration's speculative checkpoint is read by no one).
  */
-final class Checkpoints(cache: LineageCache) {
+final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (String, String) => String,
+    storageBudgetBytes: SQLConf => Long) {
   // Invariant: `registry` (id -> its checkpoint) and `seen` (ids) change only under this object's lock.
   private val registry = mutable.LinkedHashMap.empty[String, Checkpoint]
   private val seen = mutable.LinkedHashSet.empty[String]
   private var made = 0L
-  private val files = new CheckpointFiles(cache)
+  private val files = new CheckpointFiles(sparkContext, stats)
 
   /** The plan to run for `plan`: itself when shallow or when nothing in it is loop-carried. */
   def cut(session: SparkSession, plan: LogicalPlan): LogicalPlan = {
@@ -72,7 +75,7 @@ final class Checkpoints(cache: LineageCache) {
     }
     if (height(plan) <= minHeight || plan.isInstanceOf[Command]) return plan
     val user = SparkShimImpl.currentUser
-    val id = (k: LineageKey) => cache.scoped(k.hash, user)
+    val id = (k: LineageKey) => scoped(k.hash, user)
     val keys = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
     LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).foreach { case (p, r) => keys.put(p, r) }
     val speculate = MemphisConf.LoopSpeculative.get(conf)
@@ -90,7 +93,7 @@ final class Checkpoints(cache: LineageCache) {
         val c = new Checkpoint(id(k), k, relation, rdd, builtOn.distinct, made, folder)
         registry(c.id) = c
         used += c
-        cache.stats.record(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
+        stats.record(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
           s"(${folder.fold("local")(f => s"reliable, in $f")}; height ${height(p)} > $minHeight, $why; " +
           s"built on ${c.builtOn.map(_.number).mkString("[", ",", "]")})")
         c
@@ -101,9 +104,9 @@ final class Checkpoints(cache: LineageCache) {
         above.find(a => Option(keys.get(a)).flatMap(_.toOption).exists(Checkpoints.nextStep(_, c.key)))
           .filterNot(ahead.containsKey).foreach { next =>
             val bytes = CheckpointRelations.storedBytes(c.rdd)
-            val budget = cache.storageBudgetBytes(conf)
+            val budget = storageBudgetBytes(conf)
             if (bytes <= budget) ahead.put(next, c)
-            else LineageCache.log.debug(s"memphis: no speculative checkpoint over #${c.number}: the loop's " +
+            else CacheStats.log.debug(s"memphis: no speculative checkpoint over #${c.number}: the loop's " +
               s"previous result takes $bytes bytes, more than the storage budget of $budget")
           }
       }
@@ -134,7 +137,7 @@ final class Checkpoints(cache: LineageCache) {
                 used.remove(before, used.size - before)
                 val why = s"speculative: the loop step of checkpoint #${last.number} applied once more (the next " +
                   "iteration's result), checkpointed at its first occurrence so that this query's job computes it once"
-                cache.stats.record(Counter.PersistedSpeculatively, s"${k.hash}: $why")
+                stats.record(Counter.PersistedSpeculatively, s"${k.hash}: $why")
                 val c = make(p, inner, k, builtOn, why)
                 CheckpointRelations.rebind(c.relation, p.output)
               case _ => inner
@@ -166,7 +169,7 @@ final class Checkpoints(cache: LineageCache) {
   private def release(c: Checkpoint, why: String): Unit = {
     registry.remove(c.id)
     c.folder.foreach(files.deleteWhenUnreachable(c.rdd, _))
-    cache.stats.record(Counter.CheckpointsReleased, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
+    stats.record(Counter.CheckpointsReleased, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
   }
 
   /** Lets go of every checkpoint and forgets what was seen (`memphis.clear`, or memphis turned off). */

@@ -3,9 +3,10 @@ package io.memphis.reuse
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.memphis.LineageCache
+import io.memphis.CacheStats
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.LineageKey
+import org.apache.spark.SparkContext
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
@@ -46,7 +47,7 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
  * fails such a read, where an unpersisted one is fetched from the driver again. Spark's
  * ContextCleaner destroys it once no plan references it, as it does for any query's broadcast.
  */
-final class JoinBroadcasts(cache: LineageCache) {
+final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareAcrossUsers: Boolean) {
   // Invariant: `entries` ((identity, scope) -> entry, least recently used first), `expected`, `built`,
   // `recent` and `budget` change only under this object's lock.
   private val entries = mutable.LinkedHashMap.empty[(SparkPlan, String), RetainedBroadcast]
@@ -94,19 +95,19 @@ final class JoinBroadcasts(cache: LineageCache) {
     }
     find().orElse {
       if (synchronized(expected.contains(key.hash))) {
-        SparkRuntime.awaitListeners(cache.sparkContext, JoinBroadcasts.ListenerWaitMs)
+        SparkRuntime.awaitListeners(sparkContext, JoinBroadcasts.ListenerWaitMs)
         find()
       } else None
     }.orElse {
       if (synchronized(entries.keys.exists { case (i, s) => i == identity && s != scope })) {
-        cache.stats.record(Counter.RefusedOtherUser, s"not reusing broadcast ${key.hash} for $scope: another user's")
+        stats.record(Counter.RefusedOtherUser, s"not reusing broadcast ${key.hash} for $scope: another user's")
       }
       None
     }
   }
 
   /** Whose broadcasts a query of this thread may read: the user's own, unless entries are shared. */
-  def scopeNow: String = if (cache.shareAcrossUsers) "" else SparkShimImpl.currentUser
+  def scopeNow: String = if (shareAcrossUsers) "" else SparkShimImpl.currentUser
 
   /** A broadcast with this key is planned: its query registers it when it ends. */
   def planned(key: LineageKey): Unit = synchronized {
@@ -120,7 +121,7 @@ final class JoinBroadcasts(cache: LineageCache) {
     try PhysicalPlans.builtBroadcasts(end).foreach { built =>
       PhysicalPlans.broadcastExchange(built).getTagValue(JoinBroadcasts.KeyTag).foreach(register(built, _))
     } catch {
-      case NonFatal(e) => LineageCache.log.warn(s"memphis: did not register the broadcasts of a query: $e", e)
+      case NonFatal(e) => CacheStats.log.warn(s"memphis: did not register the broadcasts of a query: $e", e)
     }
 
   /**
@@ -142,14 +143,14 @@ final class JoinBroadcasts(cache: LineageCache) {
       while (built.size > JoinBroadcasts.MaxExpected) built.remove(built.head._1)
       val likely = if (builds > 1) Some(s"built $builds times") else recent.firstMet(id, "broadcasts built")
       if (likely.isEmpty) {
-        cache.stats.record(Counter.BroadcastsSeen, s"seen broadcast ${key.hash}: first build, kept if built again")
+        stats.record(Counter.BroadcastsSeen, s"seen broadcast ${key.hash}: first build, kept if built again")
       } else if (bytes > budget * Admission.MaxShare) {
-        cache.stats.record(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed its share " +
+        stats.record(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed its share " +
           s"(${Admission.MaxShare} of the budget of $budget)")
       } else {
         entries(identity -> planned.scope) = new RetainedBroadcast(identity, planned.scope, key, plan, bytes,
           PhysicalPlans.broadcastCostMs(plan), System.currentTimeMillis())
-        cache.stats.record(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes, ${likely.get})")
+        stats.record(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes, ${likely.get})")
         val order = entries.values.toSeq.sortBy(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.lastUse))
         order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget).foreach { r =>
           release(r, Counter.BroadcastsReleased, s"over the budget of $budget bytes (least value per byte)")
@@ -163,7 +164,7 @@ final class JoinBroadcasts(cache: LineageCache) {
     if (entries.get(r.identity -> r.scope).exists(_ eq r)) {
       entries.remove(r.identity -> r.scope)
       PhysicalPlans.releaseBroadcast(r.plan)
-      cache.stats.record(counter, s"released broadcast ${r.key.hash}: $why")
+      stats.record(counter, s"released broadcast ${r.key.hash}: $why")
     }
   }
 
