@@ -59,7 +59,7 @@ object HeapPressure {
         override def handleNotification(n: Notification, handback: Any): Unit =
           if (n.getType == MemoryNotificationInfo.MEMORY_COLLECTION_THRESHOLD_EXCEEDED) {
             try onCrossing() catch {
-              case NonFatal(e) => LineageCache.log.warn(s"memphis: the heap pressure valve failed: $e", e)
+              case NonFatal(e) => CacheStats.log.warn(s"memphis: the heap pressure valve failed: $e", e)
             }
           }
       }, null, null)

@@ -13,7 +13,6 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShimImpl
-import org.slf4j.Logger
 
 /**
  * The driver's lineage cache of Spark subplans. One per SparkContext, shared by its sessions, as
@@ -197,8 +196,6 @@ final class LineageCache private (val sparkContext: SparkContext) {
 }
 
 object LineageCache {
-  private[memphis] val log: Logger = CacheStats.log
-
   // Invariant: `current` belongs to the live SparkContext; a new context gets a new, empty cache.
   // Guarded by the object's lock.
   private var current: Option[LineageCache] = None

@@ -58,7 +58,7 @@ object PythonFacade {
         .persistShared(session, SparkShimImpl.analyzedPlan(df), hash, reason)
     } catch {
       case NonFatal(e) =>
-        LineageCache.log.warn(s"memphis: did not persist a shared subplan after an internal error: $e", e)
+        CacheStats.log.warn(s"memphis: did not persist a shared subplan after an internal error: $e", e)
         false
     }
   }

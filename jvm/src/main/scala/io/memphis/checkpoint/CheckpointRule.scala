@@ -2,7 +2,7 @@ package io.memphis.checkpoint
 
 import scala.util.control.NonFatal
 
-import io.memphis.{LineageCache, MemphisConf}
+import io.memphis.{CacheStats, LineageCache, MemphisConf}
 import io.memphis.reuse.ReuseRule
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -31,7 +31,7 @@ final class CheckpointRule(session: SparkSession) extends Rule[LogicalPlan] {
       try LineageCache.forContext(session.sparkContext).checkpoints.cut(session, plan)
       catch {
         case NonFatal(e) =>
-          LineageCache.log.warn(s"memphis: no checkpoint for this query after an internal error: $e", e)
+          CacheStats.log.warn(s"memphis: no checkpoint for this query after an internal error: $e", e)
           plan
       }
     }

@@ -60,90 +60,43 @@ final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (
   /** The plan to run for `plan`: itself when shallow or when nothing in it is loop-carried. */
   def cut(session: SparkSession, plan: LogicalPlan): LogicalPlan = {
     files.deleteUnreachable()
-    val conf = SparkShimImpl.sqlConf(session)
-    val minHeight = MemphisConf.CheckpointMinHeight.get(conf)
-    val dir = MemphisConf.CheckpointDir.get(conf)
-    val heights = new IdentityHashMap[LogicalPlan, Integer]()
-    def height(p: LogicalPlan): Int = {
-      val known = heights.get(p)
-      if (known != null) known
-      else {
-        val h = p.children.map(height).foldLeft(0)(math.max) + 1
-        heights.put(p, h)
-        h
+    val query = new QueryCut(session, plan)
+    if (query.shallow(plan)) plan
+    else {
+      query.keyed()
+      synchronized {
+        releaseSuperseded()
+        query.run()
       }
     }
-    if (height(plan) <= minHeight || plan.isInstanceOf[Command]) return plan
-    val user = SparkShimImpl.currentUser
-    val id = (k: LineageKey) => scoped(k.hash, user)
-    val keys = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
-    LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).foreach { case (p, r) => keys.put(p, r) }
-    val speculate = MemphisConf.LoopSpeculative.get(conf)
-    synchronized {
-      releaseSuperseded()
-      val used = mutable.ArrayBuffer.empty[Checkpoint]
-      // Subplans to checkpoint at their first occurrence: one loop step above the checkpoint they map to.
-      val ahead = new IdentityHashMap[LogicalPlan, Checkpoint]()
+  }
 
-      def make(p: LogicalPlan, inner: LogicalPlan, k: LineageKey, builtOn: Seq[Checkpoint], why: String): Checkpoint = {
-        made += 1
-        val folder = Option(dir).filter(_.nonEmpty).map(files.folder(_, made))
-        val (relation, rdd) = folder.fold(CheckpointRelations.localCheckpoint(session, inner))(
-          CheckpointRelations.reliableCheckpoint(session, inner, _))
-        val c = new Checkpoint(id(k), k, relation, rdd, builtOn.distinct, made, folder)
-        registry(c.id) = c
-        used += c
-        stats.record(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
-          s"(${folder.fold("local")(f => s"reliable, in $f")}; height ${height(p)} > $minHeight, $why; " +
-          s"built on ${c.builtOn.map(_.number).mkString("[", ",", "]")})")
-        c
-      }
+  /**
+   * One deep query's cut: only the topmost loop-carried subplan is checkpointed; below it,
+   * registered checkpoints are substituted. Its methods run under the registry's lock.
+   */
+  private final class QueryCut(session: SparkSession, plan: LogicalPlan) {
+    private val conf = SparkShimImpl.sqlConf(session)
+    private val minHeight = MemphisConf.CheckpointMinHeight.get(conf)
+    private val speculate = MemphisConf.LoopSpeculative.get(conf)
+    private val user = SparkShimImpl.currentUser
+    private val heights = new IdentityHashMap[LogicalPlan, Integer]()
+    private lazy val keys = {
+      val found = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
+      LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).foreach { case (p, r) => found.put(p, r) }
+      found
+    }
+    /** The checkpoints read or made below the subplan being rewritten: what a new one is built on. */
+    private val used = mutable.ArrayBuffer.empty[Checkpoint]
+    /** Subplans to checkpoint at their first occurrence: one loop step above the checkpoint they map to. */
+    private val ahead = new IdentityHashMap[LogicalPlan, Checkpoint]()
 
-      // The nearest subplan above `c` that is the loop step `c` repeats, applied once more, is next.
-      def expect(c: Checkpoint, above: List[LogicalPlan]): Unit = if (speculate) {
-        above.find(a => Option(keys.get(a)).flatMap(_.toOption).exists(Checkpoints.nextStep(_, c.key)))
-          .filterNot(ahead.containsKey).foreach { next =>
-            val bytes = CheckpointRelations.storedBytes(c.rdd)
-            val budget = storageBudgetBytes(conf)
-            if (bytes <= budget) ahead.put(next, c)
-            else CacheStats.log.debug(s"memphis: no speculative checkpoint over #${c.number}: the loop's " +
-              s"previous result takes $bytes bytes, more than the storage budget of $budget")
-          }
-      }
+    def shallow(p: LogicalPlan): Boolean = height(p) <= minHeight || p.isInstanceOf[Command]
 
-      // Only the topmost loop-carried subplan is checkpointed; below it, registered checkpoints are substituted.
-      def rewrite(p: LogicalPlan, isRoot: Boolean, mayCut: Boolean, above: List[LogicalPlan]): LogicalPlan =
-        if (height(p) <= minHeight || p.isInstanceOf[Command]) p
-        else Option(keys.get(p)).flatMap(_.toOption) match {
-          case Some(k) if registry.get(id(k)).exists(_.key.sameLineage(k)) =>
-            val c = registry(id(k))
-            used += c
-            if (mayCut) expect(c, above)
-            CheckpointRelations.rebind(c.relation, p.output)
-          case Some(k) if mayCut && !isRoot && seen.contains(id(k)) && !registry.contains(id(k)) =>
-            val before = used.size
-            val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut = false, p :: above))
-            val builtOn = used.drop(before).toSeq
-            used.remove(before, used.size - before)
-            val c = make(p, inner, k, builtOn, "held by an earlier query")
-            expect(c, above)
-            CheckpointRelations.rebind(c.relation, p.output)
-          case key =>
-            val before = used.size
-            val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut, p :: above))
-            (key, Option(ahead.get(p))) match {
-              case (Some(k), Some(last)) =>
-                val builtOn = used.drop(before).toSeq
-                used.remove(before, used.size - before)
-                val why = s"speculative: the loop step of checkpoint #${last.number} applied once more (the next " +
-                  "iteration's result), checkpointed at its first occurrence so that this query's job computes it once"
-                stats.record(Counter.PersistedSpeculatively, s"${k.hash}: $why")
-                val c = make(p, inner, k, builtOn, why)
-                CheckpointRelations.rebind(c.relation, p.output)
-              case _ => inner
-            }
-        }
+    /** Keys every subplan: called before the registry's lock is taken (fingerprints list files). */
+    def keyed(): Unit = keys.size()
 
+    def run(): LogicalPlan = {
       val result = rewrite(plan, isRoot = true, mayCut = true, Nil)
       // Remember this query's deep subplans: the next iteration's plan holds them.
       keys.forEach { (p, r) =>
@@ -154,6 +107,89 @@ final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (
       }
       while (seen.size > Checkpoints.MaxSeen) seen.remove(seen.head)
       result
+    }
+
+    private def height(p: LogicalPlan): Int = {
+      val known = heights.get(p)
+      if (known != null) known
+      else {
+        val h = p.children.map(height).foldLeft(0)(math.max) + 1
+        heights.put(p, h)
+        h
+      }
+    }
+
+    private def id(k: LineageKey): String = scoped(k.hash, user)
+
+    private def keyOf(p: LogicalPlan): Option[LineageKey] = Option(keys.get(p)).flatMap(_.toOption)
+
+    private def rewrite(p: LogicalPlan, isRoot: Boolean, mayCut: Boolean, above: List[LogicalPlan]): LogicalPlan =
+      if (shallow(p)) p
+      else keyOf(p) match {
+        case Some(k) if registry.get(id(k)).exists(_.key.sameLineage(k)) =>
+          val c = registry(id(k))
+          used += c
+          if (mayCut) expect(c, above)
+          CheckpointRelations.rebind(c.relation, p.output)
+        case Some(k) if mayCut && !isRoot && seen.contains(id(k)) && !registry.contains(id(k)) =>
+          val (inner, builtOn) = below(p, mayCut = false, above)
+          val c = make(p, inner, k, builtOn, "held by an earlier query")
+          expect(c, above)
+          CheckpointRelations.rebind(c.relation, p.output)
+        case key =>
+          val before = used.size
+          val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut, p :: above))
+          (key, Option(ahead.get(p))) match {
+            case (Some(k), Some(last)) => speculated(p, inner, k, last, taken(before))
+            case _ => inner
+          }
+      }
+
+    /** `p`'s children rewritten, and the checkpoints they read or made (taken from `used`). */
+    private def below(p: LogicalPlan, mayCut: Boolean, above: List[LogicalPlan]): (LogicalPlan, Seq[Checkpoint]) = {
+      val before = used.size
+      val inner = p.mapChildren(rewrite(_, isRoot = false, mayCut, p :: above))
+      (inner, taken(before))
+    }
+
+    private def taken(before: Int): Seq[Checkpoint] = {
+      val builtOn = used.drop(before).toSeq
+      used.remove(before, used.size - before)
+      builtOn
+    }
+
+    /** The next iteration's result, checkpointed at its first occurrence (see the class comment). */
+    private def speculated(p: LogicalPlan, inner: LogicalPlan, k: LineageKey, last: Checkpoint,
+        builtOn: Seq[Checkpoint]): LogicalPlan = {
+      val why = s"speculative: the loop step of checkpoint #${last.number} applied once more (the next " +
+        "iteration's result), checkpointed at its first occurrence so that this query's job computes it once"
+      stats.record(Counter.PersistedSpeculatively, s"${k.hash}: $why")
+      CheckpointRelations.rebind(make(p, inner, k, builtOn, why).relation, p.output)
+    }
+
+    private def make(p: LogicalPlan, inner: LogicalPlan, k: LineageKey, builtOn: Seq[Checkpoint], why: String): Checkpoint = {
+      made += 1
+      val folder = Option(MemphisConf.CheckpointDir.get(conf)).filter(_.nonEmpty).map(files.folder(_, made))
+      val (relation, rdd) = folder.fold(CheckpointRelations.localCheckpoint(session, inner))(
+        CheckpointRelations.reliableCheckpoint(session, inner, _))
+      val c = new Checkpoint(id(k), k, relation, rdd, builtOn.distinct, made, folder)
+      registry(c.id) = c
+      used += c
+      stats.record(Counter.Checkpointed, s"checkpoint #$made of ${k.hash} " +
+        s"(${folder.fold("local")(f => s"reliable, in $f")}; height ${height(p)} > $minHeight, $why; " +
+        s"built on ${c.builtOn.map(_.number).mkString("[", ",", "]")})")
+      c
+    }
+
+    /** The nearest subplan above `c` that is the loop step `c` repeats, applied once more, is next. */
+    private def expect(c: Checkpoint, above: List[LogicalPlan]): Unit = if (speculate) {
+      above.find(a => keyOf(a).exists(Checkpoints.nextStep(_, c.key))).filterNot(ahead.containsKey).foreach { next =>
+        val bytes = CheckpointRelations.storedBytes(c.rdd)
+        val budget = storageBudgetBytes(conf)
+        if (bytes <= budget) ahead.put(next, c)
+        else CacheStats.log.debug(s"memphis: no speculative checkpoint over #${c.number}: the loop's " +
+          s"previous result takes $bytes bytes, more than the storage budget of $budget")
+      }
     }
   }
 

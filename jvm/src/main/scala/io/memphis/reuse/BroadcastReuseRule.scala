@@ -4,7 +4,7 @@ import java.util.IdentityHashMap
 
 import scala.util.control.NonFatal
 
-import io.memphis.{LineageCache, MemphisConf}
+import io.memphis.{CacheStats, LineageCache, MemphisConf}
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.SparkSession
@@ -39,7 +39,7 @@ final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) ext
       try substitute(plan, conf)
       catch {
         case NonFatal(e) =>
-          LineageCache.log.warn(s"memphis: skipped broadcast reuse for this query after an internal error: $e", e)
+          CacheStats.log.warn(s"memphis: skipped broadcast reuse for this query after an internal error: $e", e)
           plan
       }
     }

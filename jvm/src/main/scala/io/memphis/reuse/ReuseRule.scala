@@ -2,7 +2,7 @@ package io.memphis.reuse
 
 import scala.util.control.NonFatal
 
-import io.memphis.{LineageCache, MemphisConf}
+import io.memphis.{CacheStats, LineageCache, MemphisConf}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.rules.Rule
@@ -38,7 +38,7 @@ final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
         }
       } catch {
         case NonFatal(e) =>
-          LineageCache.log.warn(s"memphis: skipped reuse for this query after an internal error: $e", e)
+          CacheStats.log.warn(s"memphis: skipped reuse for this query after an internal error: $e", e)
           plan
       }
     }
