@@ -53,7 +53,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory 1g --warmup --out benchmarks/results/tpch_corpus_1g.json
 
 bench-quick: $(VENV)/.installed
-	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --out benchmarks/results/quick
+	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --conf spark.sql.shuffle.partitions=4 --out benchmarks/results/quick
 	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/ml_workloads.py --quick --out benchmarks/results/quick
 
 jar: $(JAR_DIR)/.built

@@ -59,6 +59,19 @@ class Workload:
         return getattr(self, mode) if mode in ("naive", "expert") else self.run
 
 
+def add_conf_option(parser) -> None:
+    """``--conf KEY=VALUE`` (repeatable): a further Spark or spark.memphis.* setting of the session."""
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a further Spark or spark.memphis.* setting (repeatable), to compare settings")
+
+
+def confs_of(parser, args) -> dict:
+    """The ``--conf`` settings as a dict; a malformed one is the parser's error."""
+    if any("=" not in c for c in args.conf):
+        parser.error(f"--conf takes KEY=VALUE, not {next(c for c in args.conf if '=' not in c)!r}")
+    return dict(c.split("=", 1) for c in args.conf)
+
+
 def environment(spark) -> dict:
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -2,6 +2,7 @@
 
     python benchmarks/run.py                      # all workloads, scale 1, 3 repeats
     python benchmarks/run.py --scale 0.1 --repeats 1 --out /tmp/quick
+    python benchmarks/run.py --conf spark.sql.shuffle.partitions=4   # a further session setting
 
 Writes <out>/<workload>.json (environment, seconds per repeat, median/min/max, counters),
 <out>/results.md (one table, with memphis's time over the expert's) and <out>/results.png (speedup
@@ -16,7 +17,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import memphis  # noqa: E402
-from harness import environment, markdown_table, plot_speedups, run_workload  # noqa: E402
+from harness import add_conf_option, confs_of, environment, markdown_table, plot_speedups, run_workload  # noqa: E402
 from workloads import ALL  # noqa: E402
 
 
@@ -28,11 +29,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    add_conf_option(parser)
     args = parser.parse_args(argv)
+    confs = confs_of(parser, args)
 
     os.makedirs(args.out, exist_ok=True)
     # The progress bar of run_workload replaces Spark's, which would interleave with it.
-    spark = memphis.session(args.master, app_name="memphis-bench", **{"spark.ui.showConsoleProgress": "false"})
+    spark = memphis.session(args.master, app_name="memphis-bench", **{"spark.ui.showConsoleProgress": "false", **confs})
     spark.sparkContext.setLogLevel("ERROR")
     try:
         env = environment(spark)

@@ -551,6 +551,8 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
 
 
 def main(argv=None) -> int:
+    from harness import add_conf_option, confs_of
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
     parser.add_argument("--driver-memory", default="1g", help="spark.driver.memory of the JVM started here")
@@ -563,15 +565,13 @@ def main(argv=None) -> int:
                         help="run the queries once more first, memphis off and untimed, "
                              "so that no pass pays for the JIT's warm-up")
     parser.add_argument("--data-dir", default=DATA_ROOT, help="where the generated tables are kept, per scale")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a further Spark or spark.memphis.* setting (repeatable), to compare settings")
+    add_conf_option(parser)
     parser.add_argument("--out", help="write the report (JSON) here, and the summary table next to it (.md)")
     args = parser.parse_args(argv)
-    if any("=" not in c for c in args.conf):
-        parser.error(f"--conf takes KEY=VALUE, not {next(c for c in args.conf if '=' not in c)!r}")
+    confs = confs_of(parser, args)
 
     report = run_corpus(args.sf, args.driver_memory, args.shuffle_partitions, args.master, args.timeout,
-                        args.deadline, args.warmup, args.data_dir, dict(c.split("=", 1) for c in args.conf))
+                        args.deadline, args.warmup, args.data_dir, confs)
     table = summary_table(report)
     log(table)
     if args.out:

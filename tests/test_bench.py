@@ -79,10 +79,11 @@ def test_a_mode_that_answers_differently_fails_the_run(spark):
 @pytest.mark.slow
 def test_quick_benchmark_runs_every_mode_and_answers_agree(tmp_path):
     """`make bench-quick` as CI runs it: every workload in each of its modes, in a process of its
-    own (one SparkContext per process). run.py fails when a mode answers differently; timings are
-    not checked."""
-    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "run.py"), "--scale", "0.1",
-                             "--repeats", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=1200)
+    own (one SparkContext per process), with 4 shuffle partitions for its small data. run.py fails
+    when a mode answers differently; timings are not checked."""
+    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "run.py"), "--scale", "0.1", "--repeats", "1",
+                             "--conf", "spark.sql.shuffle.partitions=4", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     for name, make in ALL.items():
         with open(tmp_path / f"{name}.json") as f:
