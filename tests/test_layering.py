@@ -17,7 +17,7 @@ LAYERS = [
     ("backends", ["memphis.backends.*"]),  # what memphis knows of numpy and device arrays
     ("tiers", ["memphis.tiers.*"]),  # host, disk, GPU; the shared core; the Runtime of one cache
     ("tracing", ["memphis.tracing.*"]),  # lineage items, traced arrays, rewrites, @reuse
-    ("spark", ["memphis._jvm", "memphis.lineage", "memphis.session", "memphis.concurrent", "memphis.collect",
+    ("spark", ["memphis._jvm", "memphis.jvm_access", "memphis.lineage", "memphis.session", "memphis.concurrent", "memphis.collect",
                "memphis.broadcasts", "memphis.background", "memphis.driver"]),
     ("public", ["memphis", "memphis.local", "memphis.gpu", "memphis.cli", "memphis.demo"]),
 ]

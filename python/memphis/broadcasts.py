@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memphis import background
+from memphis import background, jvm_access
 from memphis.tiers import config
 from memphis.tiers.host import size_of
 from memphis.tiers.runtime import Runtime, default
@@ -43,6 +43,11 @@ class Broadcasts:
         self._counts = Counter({name: 0 for name in COUNTERS if not name.startswith("bytes_held_")})
 
     def broadcast(self, spark, value, wait=True):
+        if jvm_access.is_connect(spark):
+            raise TypeError(
+                "memphis.broadcast needs a classic SparkSession: a Spark Connect client has no SparkContext to "
+                "broadcast with. Over Spark Connect, make the value a DataFrame (spark.createDataFrame) and join "
+                "with it: memphis on the server keeps that join's broadcast for the later queries that build it again")
         if not (hasattr(spark, "sparkContext") and hasattr(spark, "conf")):
             raise TypeError(f"memphis.broadcast: spark={spark!r} (type {type(spark).__name__}); expected a "
                             "pyspark.sql.SparkSession (classic, with a SparkContext)")
@@ -148,6 +153,10 @@ def broadcast(spark, value, *, wait=True):
     same value asked meanwhile waits for that one and builds nothing; ``local_broadcasts_early``
     counts them. A writable numpy array is copied first; do not change other values in place until
     the future is done.
+
+    A Spark Connect session has no SparkContext to broadcast with: this raises ``TypeError`` saying
+    so. Over Connect, make the value a DataFrame and join with it; memphis on the server keeps that
+    join's broadcast for later queries.
 
     Examples
     --------

@@ -1,5 +1,6 @@
-"""The ``memphis`` command: ``submit``, ``stats`` and ``demo``."""
+"""The ``memphis`` command: ``submit``, ``connect-server``, ``stats`` and ``demo``."""
 import argparse
+import glob
 import os
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from memphis.session import append_csv
 
 # spark-submit options that take no value; every other option is followed by one.
 _SUBMIT_FLAGS = {"--verbose", "-v", "--supervise", "--help", "-h", "--version"}
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+CONNECT_PORT = 15002  # Spark Connect's own default
 
 
 def submit_command(args) -> list:
@@ -38,14 +41,35 @@ def submit_command(args) -> list:
     return [submit, "--jars", jars, "--conf", f"spark.sql.extensions={extensions}"] + passed + list(args[i:])
 
 
-def _submit(args) -> int:
+def connect_server_command(args) -> list:
+    """The spark-submit command line for ``memphis connect-server [--port N] [spark-submit options]``:
+    Spark's Connect server (``start-connect-server.sh`` is not in the pyspark wheel) with memphis on."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    args, port = list(args), CONNECT_PORT
+    if "--port" in args:
+        at = args.index("--port")
+        if at + 1 == len(args) or not args[at + 1].isdigit():
+            raise MemphisConfigError(f"memphis connect-server: --port needs a port number, got {args[at + 1:at + 2] or 'none'}")
+        port = int(args.pop(at + 1))
+        args.pop(at)
+    server = ["--class", CONNECT_SERVER_CLASS, "--conf", f"spark.connect.grpc.binding.port={port}"]
+    if not glob.glob(os.path.join(_find_spark_home(), "jars", "spark-connect_*.jar")):
+        # Spark 3.5 ships its Connect server as a package of its own.
+        import pyspark
+
+        server += ["--packages", f"org.apache.spark:spark-connect_{_jvm.spark_scala_version()}:{pyspark.__version__}"]
+    return submit_command(server + args + ["spark-internal"])
+
+
+def _spark_submit(command: list) -> int:
     _jvm.check_spark_version()
     _jvm.check_java()
     # Python workers must run this interpreter, which has pyarrow and memphis.
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    return subprocess.call(submit_command(args), env=env)
+    return subprocess.call(command, env=env)
 
 
 def _stats(master: str) -> int:
@@ -63,6 +87,8 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("submit", help="spark-submit with the memphis jar and extension set: "
                                        "memphis submit [spark-submit options] APP.py [app arguments]")
+    commands.add_parser("connect-server", help="start a Spark Connect server with memphis on: "
+                                               "memphis connect-server [--port N (default 15002)] [spark-submit options]")
     stats = commands.add_parser("stats", help="start a session and print its memphis counters")
     stats.add_argument("--master", default="local[*]")
     demo = commands.add_parser("demo", help="run an exploratory ML session with memphis off, then on")
@@ -73,7 +99,9 @@ def main(argv=None) -> int:
     try:
         # Everything after `submit` belongs to spark-submit, options included, so argparse stays out.
         if argv[:1] == ["submit"] and argv[1:2] not in (["-h"], ["--help"]):
-            return _submit(argv[1:])
+            return _spark_submit(submit_command(argv[1:]))
+        if argv[:1] == ["connect-server"] and argv[1:2] not in (["-h"], ["--help"]):
+            return _spark_submit(connect_server_command(argv[1:]))
         args = parser.parse_args(argv)
         if args.command == "stats":
             return _stats(args.master)

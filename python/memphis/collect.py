@@ -1,7 +1,7 @@
 """A Spark DataFrame's result collected to the driver (and the GPU) through Arrow once, held by lineage key."""
 import logging
 
-from memphis import background
+from memphis import background, jvm_access
 from memphis.backends.numpy_backend import float_matrix
 from memphis.lineage import lineage_key
 from memphis.tiers.runtime import default
@@ -49,9 +49,7 @@ def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arr
     >>> table = future.result()  # doctest: +SKIP
     >>> X = memphis.collect(df, device="gpu", as_="numpy")  # one host → device copy  # doctest: +SKIP
     """
-    from pyspark.sql import DataFrame
-
-    if not isinstance(df, DataFrame):
+    if not jvm_access.is_dataframe(df):
         raise TypeError(f"memphis.collect: df of type {type(df).__name__}; expected a pyspark.sql.DataFrame")
     if not isinstance(prefetch, bool):
         raise TypeError(f"prefetch={prefetch!r}: expected True or False")

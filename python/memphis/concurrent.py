@@ -1,11 +1,10 @@
 """Independent Spark actions submitted together, ordered so that what they share is computed once."""
 import concurrent.futures
-import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
-from memphis import _jvm, background
+from memphis import background, jvm_access
 
 log = logging.getLogger("memphis")
 
@@ -83,7 +82,7 @@ def run_all(actions, *, max_parallel: int = None, pool: str = "memphis") -> list
         raise TypeError(f"actions={actions!r}: expected an iterable of DataFrames or zero-argument callables")
     actions = list(actions)
     for i, action in enumerate(actions):
-        if not (_is_dataframe(action) or callable(action)):
+        if not (jvm_access.is_dataframe(action) or callable(action)):
             raise TypeError(f"actions[{i}]={action!r}: expected a DataFrame or a zero-argument callable")
     if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int)
                                      or max_parallel < 1):
@@ -92,7 +91,7 @@ def run_all(actions, *, max_parallel: int = None, pool: str = "memphis") -> list
         raise TypeError(f"pool={pool!r}: expected the name of a scheduler pool (a string), or None")
     if not actions:
         return []
-    frames = {i: a for i, a in enumerate(actions) if _is_dataframe(a)}
+    frames = {i: a for i, a in enumerate(actions) if jvm_access.is_dataframe(a)}
     heads = _persist_shared(frames)
     order = heads + [i for i in frames if i not in heads] + [i for i in range(len(actions)) if i not in frames]
     results = [None] * len(actions)
@@ -113,23 +112,16 @@ def run_all(actions, *, max_parallel: int = None, pool: str = "memphis") -> list
     return results
 
 
-def _is_dataframe(action) -> bool:
-    from pyspark.sql import DataFrame
-
-    return isinstance(action, DataFrame)
-
-
 def _persist_shared(frames: dict) -> list:
     """Persists the subplans shared by two or more of ``frames`` ({index: DataFrame}); returns the
     first action of each shared group, in input order."""
-    keyed = {i: df for i, df in frames.items() if hasattr(df, "_jdf")}  # Spark Connect frames have no JVM plan here
-    if len(keyed) < 2:
+    if len(frames) < 2:
         return []
-    facade = _jvm.facade(next(iter(keyed.values())).sparkSession)
+    access = jvm_access.of(next(iter(frames.values())))
     sharers = defaultdict(set)  # subplan key -> indices of the actions that read it
     within = {}  # subplan key -> keys of the subplans that contain it
-    for i, df in keyed.items():
-        for subplan in json.loads(facade.subplanKeys(df._jdf)):
+    for i, df in frames.items():
+        for subplan in access.subplans(df):
             sharers[subplan["key"]].add(i)
             within[subplan["key"]] = subplan["within"]
     shared = {key: readers for key, readers in sharers.items() if len(readers) >= 2}
@@ -141,7 +133,7 @@ def _persist_shared(frames: dict) -> list:
     for key, readers in outermost.items():
         first = min(readers)
         reason = f"shared by {len(readers)} actions of run_all"
-        if facade.persistShared(keyed[first]._jdf, key, reason):
+        if access.persist_shared(frames[first], key, reason):
             heads.add(first)
             log.debug("run_all: persisted %s ahead (%s)", key, reason)
     return sorted(heads)
@@ -151,4 +143,4 @@ def _run(action, properties, pool):
     sc = background.adopt(properties)
     if sc is not None and pool is not None:
         sc.setLocalProperty("spark.scheduler.pool", pool)
-    return action.collect() if _is_dataframe(action) else action()
+    return action.collect() if jvm_access.is_dataframe(action) else action()

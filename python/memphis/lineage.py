@@ -3,7 +3,7 @@ from typing import Optional
 
 import xxhash
 
-from memphis import _jvm
+from memphis import jvm_access
 from memphis.tracing.lineage import Untraceable, bytes_leaf, register_leaf
 
 
@@ -22,7 +22,7 @@ def lineage_key(df) -> Optional[str]:
     >>> memphis.lineage_key(df) == memphis.lineage_key(spark.range(100).selectExpr("2 * id AS y"))  # doctest: +SKIP
     True
     """
-    return _jvm.facade(df.sparkSession).lineageKey(df._jdf)
+    return jvm_access.of(df).lineage_key(df)
 
 
 def explain_key(df) -> str:
@@ -33,11 +33,7 @@ def explain_key(df) -> str:
     >>> print(memphis.explain_key(spark.range(3).selectExpr("uuid()")))  # doctest: +SKIP
     no lineage key: uuid is non-deterministic
     """
-    return _jvm.facade(df.sparkSession).explainKey(df._jdf)
-
-
-def _is_dataframe(value) -> bool:
-    return type(value).__module__.startswith("pyspark.sql") and type(value).__name__ == "DataFrame"
+    return jvm_access.of(df).explain_key(df)
 
 
 def _dataframe_leaf(df):
@@ -50,4 +46,4 @@ def _dataframe_leaf(df):
     return bytes_leaf("spark", xxhash.xxh3_128((key + df.schema.json()).encode()).hexdigest())
 
 
-register_leaf(_is_dataframe, _dataframe_leaf)
+register_leaf(jvm_access.is_dataframe, _dataframe_leaf)

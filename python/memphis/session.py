@@ -1,10 +1,9 @@
 """Setting up Spark with memphis, and reading its counters."""
-import json
 import os
 import re
 import sys
 
-from memphis import _jvm, driver
+from memphis import _jvm, driver, jvm_access
 from memphis.errors import MemphisConfigError, MemphisSetupError
 
 CONF_PREFIX = "spark.memphis."
@@ -46,6 +45,9 @@ def configure_spark(builder, **options):
     a ``spark.memphis.*`` conf, with ``_`` read as ``.``: ``storage_fraction=0.5`` sets
     ``spark.memphis.storage.fraction``. Values are checked when the session starts.
 
+    A builder for a Spark Connect server (``.remote(...)``) is refused with
+    :class:`MemphisSetupError`: memphis runs on the server (``memphis connect-server``).
+
     Call it before the first session of the process: the jar reaches Spark only when its JVM
     starts. A JVM that already runs must have the jar (cluster library) or this raises
     :class:`MemphisSetupError` saying what to do.
@@ -57,6 +59,12 @@ def configure_spark(builder, **options):
     >>> builder = SparkSession.builder.master("local[2]").appName("features")
     >>> spark = memphis.configure_spark(builder, storage_fraction=0.5).getOrCreate()  # doctest: +SKIP
     """
+    if builder._options.get("spark.remote") or os.environ.get("SPARK_REMOTE"):
+        raise MemphisSetupError(
+            "this builder connects to a Spark Connect server, where memphis runs, not in this process: start "
+            "the server with `memphis connect-server` (or with the memphis jar in spark.jars and "
+            f"spark.sql.extensions={_jvm.EXTENSION_CLASS}), then connect as usual; memphis's functions take the "
+            "Connect session")
     jar = _jvm.jar_path()  # fails first, with one line, where memphis has no jar for this Spark
     problem = _running_jvm_problem()
     if problem:
@@ -193,7 +201,7 @@ def stats(spark) -> dict:
     >>> memphis.stats(spark)["evicted"]  # doctest: +SKIP
     0
     """
-    counters = json.loads(_jvm.facade(spark).statsJson(spark._jsparkSession))
+    counters = jvm_access.of(spark).stats()
     for name, value in driver.stats().items():
         counters[name if name.startswith("bytes_held_") or name.endswith("_budget_bytes") else f"local_{name}"] = value
     return counters
@@ -239,5 +247,5 @@ def entries(spark):
 def clear(spark) -> None:
     """Unpersists everything memphis holds in Spark storage, forgets its entries, clears the
     driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`."""
-    _jvm.facade(spark).clear(spark._jsparkSession)
+    jvm_access.of(spark).clear()
     driver.clear()

@@ -94,7 +94,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     if (!table.holdsAny && !plan.exists(QueryCandidates.isCandidate(_, plan))) return marks
     val planned = System.currentTimeMillis()
     val conf = QueryConf(SparkShimImpl.sqlConf(session))
-    val query = new QueryCandidates(plan, LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)), SparkShimImpl.currentUser)
+    val query = new QueryCandidates(plan, LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)), ConnectSessions.userOfQuery(session))
     val (candidates, decisions, entries) = table.locked {
       eviction.session = Some(session)
       storage.uncacheReplaced(session)
@@ -121,7 +121,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
       case (subplan, Right(key)) if key.hash == hash && QueryCandidates.isCandidate(subplan, plan) => (subplan, key)
     }.exists { case (subplan, key) =>
       table.locked(eviction.session = Some(session))
-      actions.persistShared(session, SparkShimImpl.currentUser, subplan, key, reason, SparkShimImpl.sqlConf(session))
+      actions.persistShared(session, ConnectSessions.userOfQuery(session), subplan, key, reason, SparkShimImpl.sqlConf(session))
     }
 
   /**
@@ -166,6 +166,34 @@ final class LineageCache private (val sparkContext: SparkContext) {
     broadcasts.releaseAll(why)
     eviction.releaseAll(session, why)
   }
+
+  /**
+   * A Spark Connect session closed: when it was its user's last, what only that user could use
+   * (their entries, checkpoints and join broadcasts) is let go. Nothing when entries are shared.
+   */
+  def connectSessionClosed(user: String, sessionId: String): Unit =
+    if (!shareAcrossUsers && !ConnectSessions.active.exists { case (u, s, _) => u == user && s != sessionId }) {
+      releaseOf(user, s"the last Spark Connect session of $user closed")
+    }
+
+  /** Lets go of what only `user` could use: their entries', checkpoints' and join broadcasts' data. */
+  private def releaseOf(user: String, why: String): Unit = table.locked {
+    checkpoints.releaseOf(user, why)
+    broadcasts.releaseOf(user, why)
+    eviction.releaseOf(user, why)
+  }
+
+  /**
+   * `memphis.clear` from `session`: forgets every entry after releasing what they hold; on a Spark
+   * Connect server, where users share this cache, lets go of what the calling user's hold.
+   */
+  def clearFor(session: SparkSession): Unit = connectUser(session).fold(clear(session))(u => releaseOf(u, s"cleared by $u"))
+
+  /** memphis turned off in `session`: lets go of what it holds (on a Connect server, what the session's user's hold). */
+  def releaseFor(session: SparkSession, why: String): Unit = connectUser(session).fold(releaseAll(session, why))(releaseOf(_, why))
+
+  /** The Spark Connect user of `session` whose entries are theirs alone (none when entries are shared). */
+  private def connectUser(session: SparkSession): Option[String] = ConnectSessions.userOf(session).filter(_ => !shareAcrossUsers)
 
   /** Forgets every entry too, after releasing what they hold. */
   def clear(session: SparkSession): Unit = table.locked {

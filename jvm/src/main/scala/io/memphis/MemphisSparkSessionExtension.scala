@@ -18,8 +18,7 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     SparkRuntime.unsupportedSparkReason().foreach(reason => throw new MemphisSetupException(reason))
     MemphisConf.register()
     SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
-    extensions.injectTableFunction(MemphisTableFunctions.stats)
-    extensions.injectTableFunction(MemphisTableFunctions.entries)
+    MemphisTableFunctions.all.foreach(extensions.injectTableFunction)
     // Normalization rules run in this order: the checkpoint cut first, so reuse decides on the cut plan.
     extensions.injectPlanNormalizationRule(session => new CheckpointRule(session))
     extensions.injectPlanNormalizationRule(session => new ReuseRule(session))

@@ -2,51 +2,112 @@ package io.memphis
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{FunctionIdentifier, InternalRow}
-import org.apache.spark.sql.catalyst.expressions.{AttributeReference, Expression, ExpressionInfo}
+import org.apache.spark.sql.catalyst.expressions.{AttributeReference, Expression, ExpressionInfo, SubqueryExpression}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.util.GenericArrayData
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkRuntime
 import io.memphis.reuse.EvictionPolicy
-import org.apache.spark.sql.types.{DataType, DoubleType, IntegerType, LongType, StringType}
+import org.apache.spark.sql.types.{ArrayType, BooleanType, DataType, DoubleType, IntegerType, LongType, StringType}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
- * SQL table functions over the lineage cache of the session's SparkContext: `memphis_stats()`
- * (one row per counter) and `memphis_cache()` (one row per entry). Table functions rather than
- * py4j-only calls, so that they also answer over Spark Connect and from plain SQL. The rows are
- * read when the query is analyzed.
+ * SQL table functions over the lineage cache of the session's SparkContext. They are how memphis
+ * answers from plain SQL and over Spark Connect, whose clients have no py4j gateway: reading
+ * (`memphis_stats()`, `memphis_cache()`), keying a DataFrame passed as a `TABLE(...)` argument
+ * (`memphis_lineage_key`, `memphis_subplans`; `spark.sql("… TABLE({df}) …", df=df)` from PySpark),
+ * and acting (`memphis_persist_shared`, `memphis_clear`).
+ *
+ * Each runs when its query is analyzed (its rows are built then), so an action runs once per
+ * analysis: the acting ones are idempotent, as a Connect client analyzes `spark.sql` once on the
+ * call and again when it collects.
  */
 object MemphisTableFunctions {
   type Description = (FunctionIdentifier, ExpressionInfo, Seq[Expression] => LogicalPlan)
 
-  val stats: Description = tableFunction("memphis_stats",
+  /** How long `memphis_stats()` waits at most for Spark's listeners (see [[PythonFacade.statsJson]]). */
+  private val StatsListenerWaitMs = 10000L
+
+  /** One call of a table function: its arguments, the session that analyzes it and its cache. */
+  final case class Call(name: String, args: Seq[Expression], session: SparkSession, cache: LineageCache) {
+    /** The plan of the `i`-th argument, a `TABLE(...)` (its analyzed plan: arguments resolve first). */
+    def table(i: Int): LogicalPlan = args(i) match {
+      case s: SubqueryExpression => s.plan
+      case other => throw new IllegalArgumentException(s"$name: argument ${i + 1} must be TABLE(...), got ${other.sql}")
+    }
+
+    def string(i: Int): String = args(i) match {
+      case e if e.foldable && e.dataType == StringType => String.valueOf(e.eval())
+      case other => throw new IllegalArgumentException(s"$name: argument ${i + 1} must be a string literal, got ${other.sql}")
+    }
+  }
+
+  val stats: Description = tableFunction("memphis_stats", 0, "()",
     "Returns the memphis cache counters as rows (name, value).",
     Seq("name" -> StringType, "value" -> LongType),
-    cache => cache.statsRows(SQLConf.get).map { case (name, value) => InternalRow(UTF8String.fromString(name), value) })
+    call => {
+      SparkRuntime.awaitListeners(call.session.sparkContext, StatsListenerWaitMs)
+      call.cache.statsRows(SQLConf.get).map { case (name, value) => InternalRow(utf8(name), value) }
+    })
 
-  val entries: Description = tableFunction("memphis_cache",
+  val entries: Description = tableFunction("memphis_cache", 0, "()",
     "Returns one row per memphis cache entry: its key, state, counts, size and last decision.",
     Seq("key" -> StringType, "state" -> StringType, "occurrences" -> IntegerType, "hits" -> LongType,
       "misses" -> LongType, "consumers" -> IntegerType, "readers" -> IntegerType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
       "partitions" -> IntegerType, "cost_ms" -> LongType, "score" -> DoubleType, "height" -> IntegerType,
       "last_access_ms" -> LongType, "retained_shuffles" -> IntegerType, "estimated_bytes" -> LongType,
       "reason" -> StringType, "owner" -> StringType),
-    cache => {
+    call => {
       val policy = MemphisConf.EvictionPolicyName.get(SQLConf.get)
-      cache.entryRows(e => InternalRow(UTF8String.fromString(e.key.hash),
-        UTF8String.fromString(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.relation.fold(0)(_.stored.size),
+      call.cache.entryRows(e => InternalRow(utf8(e.key.hash),
+        utf8(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.relation.fold(0)(_.stored.size),
         e.relation.fold(0)(_.partitions), e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess, e.firstShuffles.size,
-        e.estimatedBytes.fold(-1L)(b => if (b.isValidLong) b.toLong else Long.MaxValue), UTF8String.fromString(e.reason), UTF8String.fromString(e.owner)))
+        e.estimatedBytes.fold(-1L)(b => if (b.isValidLong) b.toLong else Long.MaxValue), utf8(e.reason), utf8(e.owner)))
     })
 
-  private def tableFunction(name: String, usage: String, columns: Seq[(String, DataType)],
-      rows: LineageCache => Seq[InternalRow]): Description = {
+  val lineageKey: Description = tableFunction("memphis_lineage_key", 1, "(TABLE(t))",
+    "Returns the lineage key of t's result (null when it has none) and its explanation: its canonical form and sources, or why it has none.",
+    Seq("key" -> StringType, "explain" -> StringType),
+    call => {
+      val key = PythonFacade.keyOf(call.session, call.table(0))
+      Seq(InternalRow(key.toOption.map(k => utf8(k.hash)).orNull, utf8(PythonFacade.explanation(key))))
+    }, nullable = Set("key"))
+
+  val subplans: Description = tableFunction("memphis_subplans", 1, "(TABLE(t))",
+    "Returns t's candidate subplans with a key, root first: key, height, and the keys of the candidates that contain it.",
+    Seq("key" -> StringType, "height" -> IntegerType, "within" -> ArrayType(StringType, containsNull = false)),
+    call => call.cache.candidateKeys(call.session, call.table(0)).map { case (key, within) =>
+      InternalRow(utf8(key.hash), key.height, new GenericArrayData(within.map(utf8).toArray[Any]))
+    })
+
+  val persistShared: Description = tableFunction("memphis_persist_shared", 3, "(TABLE(t), key, reason)",
+    "Persists t's candidate subplan with that key now, shared by several actions (memphis.run_all); returns whether memphis holds it.",
+    Seq("held" -> BooleanType),
+    call => Seq(InternalRow(PythonFacade.persistShared(call.session, call.table(0), call.string(1), call.string(2)))))
+
+  val clear: Description = tableFunction("memphis_clear", 0, "()",
+    "Lets go of what memphis holds (over Spark Connect, what the calling user's entries hold); returns the bytes held after.",
+    Seq("bytes_held" -> LongType),
+    call => {
+      call.cache.clearFor(call.session)
+      Seq(InternalRow(call.cache.heldBytes))
+    })
+
+  val all: Seq[Description] = Seq(stats, entries, lineageKey, subplans, persistShared, clear)
+
+  private def utf8(s: String): UTF8String = UTF8String.fromString(s)
+
+  private def tableFunction(name: String, arity: Int, arguments: String, usage: String, columns: Seq[(String, DataType)],
+      rows: Call => Seq[InternalRow], nullable: Set[String] = Set.empty): Description = {
     val build = (args: Seq[Expression]) => {
-      if (args.nonEmpty) throw new IllegalArgumentException(s"$name() takes no arguments, got ${args.size}")
-      val output = columns.map { case (column, dataType) => AttributeReference(column, dataType, nullable = false)() }
-      SparkRuntime.localRelation(output, rows(LineageCache.forContext(SparkSession.active.sparkContext)))
+      if (args.size != arity) {
+        throw new IllegalArgumentException(s"$name$arguments takes ${if (arity == 0) "no" else arity} argument${if (arity == 1) "" else "s"}, got ${args.size}")
+      }
+      val output = columns.map { case (column, dataType) => AttributeReference(column, dataType, nullable(column))() }
+      val session = SparkSession.active
+      SparkRuntime.localRelation(output, rows(Call(name, args, session, LineageCache.forContext(session.sparkContext))))
     }
-    (FunctionIdentifier(name), new ExpressionInfo(getClass.getName.stripSuffix("$"), null, name, s"$name() - $usage", ""),
+    (FunctionIdentifier(name), new ExpressionInfo(getClass.getName.stripSuffix("$"), null, name, s"$name$arguments - $usage", ""),
       build)
   }
 }

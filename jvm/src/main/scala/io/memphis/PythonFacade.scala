@@ -4,9 +4,13 @@ import scala.util.control.NonFatal
 
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.{Dataset, SparkSession}
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
 
-/** Coarse entry points for the Python package: one py4j round trip per call. */
+/**
+ * Coarse entry points for the Python package over py4j: one round trip per call. A Spark Connect
+ * client reaches the same through SQL ([[MemphisTableFunctions]]); both call what is here.
+ */
 object PythonFacade {
   /** How long `statsJson` waits at most for Spark's listeners. */
   private val StatsListenerWaitMs = 10000L
@@ -23,16 +27,13 @@ object PythonFacade {
   }
 
   /** Unpersists everything memphis holds and forgets its entries. */
-  def clear(session: SparkSession): Unit = LineageCache.forContext(session.sparkContext).clear(session)
+  def clear(session: SparkSession): Unit = LineageCache.forContext(session.sparkContext).clearFor(session)
 
   /** The lineage key of a DataFrame's result as hex, or null when it has none. */
-  def lineageKey(df: Dataset[_]): String = keyOf(df).toOption.map(_.hash).orNull
+  def lineageKey(df: Dataset[_]): String = keyOf(df.sparkSession, SparkShimImpl.analyzedPlan(df)).toOption.map(_.hash).orNull
 
   /** The key with its canonical form and sources, or why there is none. */
-  def explainKey(df: Dataset[_]): String = keyOf(df) match {
-    case Right(key) => s"lineage key ${key.hash} (height ${key.height})\n${key.explain}"
-    case Left(reason) => s"no lineage key: $reason"
-  }
+  def explainKey(df: Dataset[_]): String = explanation(keyOf(df.sparkSession, SparkShimImpl.analyzedPlan(df)))
 
   /**
    * The candidate subplans of a DataFrame's plan as a JSON list of {"key", "height", "within"}
@@ -46,23 +47,28 @@ object PythonFacade {
     }.mkString("[", ", ", "]")
   }
 
+  def persistShared(df: Dataset[_], hash: String, reason: String): Boolean =
+    persistShared(df.sparkSession, SparkShimImpl.analyzedPlan(df), hash, reason)
+
   /**
-   * Persists the subplan of `df` with key `hash` now (see [[LineageCache.persistShared]]); whether
+   * Persists the subplan of `plan` with key `hash` now (see [[LineageCache.persistShared]]); whether
    * memphis holds it. An internal failure is logged and persists nothing: `run_all`'s actions then
    * run as plain Spark would.
    */
-  def persistShared(df: Dataset[_], hash: String, reason: String): Boolean = {
-    val session = df.sparkSession
+  def persistShared(session: SparkSession, plan: LogicalPlan, hash: String, reason: String): Boolean =
     try {
-      MemphisConf.Enabled.get(SparkShimImpl.sqlConf(session)) && LineageCache.forContext(session.sparkContext)
-        .persistShared(session, SparkShimImpl.analyzedPlan(df), hash, reason)
+      MemphisConf.Enabled.get(SparkShimImpl.sqlConf(session)) &&
+        LineageCache.forContext(session.sparkContext).persistShared(session, plan, hash, reason)
     } catch {
       case NonFatal(e) =>
         CacheStats.log.warn(s"memphis: did not persist a shared subplan after an internal error: $e", e)
         false
     }
-  }
 
-  private def keyOf(df: Dataset[_]): LineageKey.Result =
-    LineageKey.of(SparkShimImpl.analyzedPlan(df), MemphisConf.keyContext(df.sparkSession))
+  def keyOf(session: SparkSession, plan: LogicalPlan): LineageKey.Result = LineageKey.of(plan, MemphisConf.keyContext(session))
+
+  def explanation(key: LineageKey.Result): String = key match {
+    case Right(k) => s"lineage key ${k.hash} (height ${k.height})\n${k.explain}"
+    case Left(reason) => s"no lineage key: $reason"
+  }
 }

@@ -34,6 +34,11 @@ final class Eviction(table: EntryTable, spark: SparkCache, stats: CacheStats, bu
   def releaseAll(session: SparkSession, why: String): Unit =
     table.holding.foreach(release(session, _, EntryState.Evicted, Counter.Evicted, why))
 
+  /** Lets go of what `user`'s entries hold (their last Spark Connect session closed). */
+  def releaseOf(user: String, why: String): Unit = session.foreach { s =>
+    table.holding.filter(_.owner == user).foreach(release(s, _, EntryState.Evicted, Counter.Evicted, why))
+  }
+
   /**
    * Entries over a source this query reads whose fingerprint is not what it was: Spark's
    * CacheManager matches plans, not file contents, so it would serve them stale. A source the

@@ -4,7 +4,7 @@ import java.util.IdentityHashMap
 
 import scala.collection.mutable
 
-import io.memphis.{CacheStats, MemphisConf}
+import io.memphis.{CacheStats, ConnectSessions, MemphisConf}
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import org.apache.spark.SparkContext
@@ -79,7 +79,7 @@ final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (
     private val conf = SparkShimImpl.sqlConf(session)
     private val minHeight = MemphisConf.CheckpointMinHeight.get(conf)
     private val speculate = MemphisConf.LoopSpeculative.get(conf)
-    private val user = SparkShimImpl.currentUser
+    private val user = ConnectSessions.userOfQuery(session)
     private val heights = new IdentityHashMap[LogicalPlan, Integer]()
     private lazy val keys = {
       val found = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
@@ -212,6 +212,11 @@ final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (
   def releaseAll(why: String): Unit = synchronized {
     registry.values.toSeq.foreach(release(_, why))
     seen.clear()
+  }
+
+  /** Lets go of `user`'s checkpoints (their last Spark Connect session closed). */
+  def releaseOf(user: String, why: String): Unit = synchronized {
+    registry.values.filter(c => c.id == scoped(c.key.hash, user)).toSeq.foreach(release(_, why))
   }
 
   /** How many checkpoints are held now. */

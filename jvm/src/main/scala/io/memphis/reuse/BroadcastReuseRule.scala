@@ -61,7 +61,7 @@ final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) ext
         case Left(reason) => cache.stats.record(Counter.Refused, s"no reuse of a broadcast: $reason")
         case Right(k) =>
           val identity = PhysicalPlans.exchangeIdentity(exchange)
-          val scope = cache.broadcasts.scopeNow
+          val scope = cache.broadcasts.scopeOf(session)
           cache.broadcasts.lookup(identity, scope, k, budget).flatMap(r => PhysicalPlans.reuseBroadcast(r.plan, exchange, asQueryStage)) match {
             case Some(reuse) =>
               reuses.put(exchange, reuse)

@@ -3,14 +3,15 @@ package io.memphis.reuse
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.memphis.CacheStats
+import io.memphis.{CacheStats, ConnectSessions}
 import io.memphis.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import org.apache.spark.SparkContext
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
-import org.apache.spark.sql.memphis.{PhysicalPlans, SparkRuntime, SparkShimImpl}
+import org.apache.spark.sql.memphis.{PhysicalPlans, SparkRuntime}
 
 /**
  * A broadcast an earlier query built: what it is, what its sources held then, and its exchange or
@@ -67,7 +68,7 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
   def retained: Seq[RetainedBroadcast] = synchronized(entries.values.toList)
 
   /**
-   * The registered broadcast `exchange` may read in `scope` (see [[scopeNow]]), if any, given its
+   * The registered broadcast `exchange` may read in `scope` (see [[scopeOf]]), if any, given its
    * build side's key now. A registered broadcast of the same identity whose lineage differs is
    * stale (a source changed): it is let go. When the same key was planned by a query whose end has
    * not reached the registry yet, waits for Spark's listeners once (outside the lock: the listener
@@ -106,8 +107,8 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
     }
   }
 
-  /** Whose broadcasts a query of this thread may read: the user's own, unless entries are shared. */
-  def scopeNow: String = if (shareAcrossUsers) "" else SparkShimImpl.currentUser
+  /** Whose broadcasts a query of `session` may read: its user's own, unless entries are shared. */
+  def scopeOf(session: SparkSession): String = if (shareAcrossUsers) "" else ConnectSessions.userOfQuery(session)
 
   /** A broadcast with this key is planned: its query registers it when it ends. */
   def planned(key: LineageKey): Unit = synchronized {
@@ -166,6 +167,11 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
       PhysicalPlans.releaseBroadcast(r.plan)
       stats.record(counter, s"released broadcast ${r.key.hash}: $why")
     }
+  }
+
+  /** Lets go of the broadcasts registered in `scope` (its user's last Spark Connect session closed). */
+  def releaseOf(scope: String, why: String): Unit = synchronized {
+    entries.values.filter(_.scope == scope).toList.foreach(release(_, Counter.BroadcastsReleased, why))
   }
 
   /** Lets go of every registered broadcast (`memphis.clear`, or memphis turned off). */

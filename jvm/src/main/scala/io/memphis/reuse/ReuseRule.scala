@@ -33,7 +33,7 @@ final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
         val cache = LineageCache.forContext(session.sparkContext)
         if (MemphisConf.Enabled.get(SQLConf.get)) ReuseRule.mark(plan, cache.consider(session, plan))
         else {
-          cache.releaseAll(session, "spark.memphis.enabled is false")
+          cache.releaseFor(session, "spark.memphis.enabled is false")
           plan
         }
       } catch {

@@ -1,6 +1,6 @@
 package io.memphis.reuse
 
-import io.memphis.LineageCache
+import io.memphis.{ConnectSessions, LineageCache}
 import io.memphis.cache.StorageTracking
 import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
   SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
@@ -47,6 +47,6 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
       cache.readerEnded(end.executionId)
       cache.executionEnded(end.executionId, end.time, PhysicalPlans.executionFailed(end))
       cache.broadcasts.executionEnded(end)
-    case _ =>
+    case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.connectSessionClosed(user, session) }
   }
 }

@@ -57,6 +57,9 @@ trait SparkShims {
   /** The user a query runs as, by Spark's own rule (what `current_user()` returns). */
   def currentUser: String
 
+  /** The session's unique id (Spark Connect's server-side session id of a Connect session). */
+  def sessionId(session: SparkSession): String
+
   /** The shuffle an exchange writes (its id in the MapOutputTracker), where the line can tell. */
   def shuffleId(exchange: ShuffleExchangeLike): Option[Int]
 

@@ -50,6 +50,8 @@ object SparkShimImpl extends SparkShims {
   // What 4.0's CurrentUserContext.getCurrentUser does; 3.5 has the thread's user but not the rule.
   def currentUser: String = Option(CurrentUserContext.CURRENT_USER.get()).getOrElse(Utils.getCurrentUserName())
 
+  def sessionId(session: SparkSession): String = session.sessionUUID
+
   // 3.5's exchanges do not expose their shuffle id; the built-in one has it on its dependency.
   def shuffleId(exchange: ShuffleExchangeLike): Option[Int] = exchange match {
     case e: ShuffleExchangeExec => Some(e.shuffleDependency.shuffleId)

@@ -47,6 +47,8 @@ trait Spark4Shims extends SparkShims {
 
   def currentUser: String = CurrentUserContext.getCurrentUser
 
+  def sessionId(session: SparkSession): String = classicSession(session).sessionUUID
+
   def shuffleId(exchange: ShuffleExchangeLike): Option[Int] = Some(exchange.shuffleId)
 
   def stageSucceeded(stage: QueryStageExec): Boolean = stage.isMaterialized && !stage.hasFailed

@@ -1,0 +1,110 @@
+"""memphis over Spark Connect: a server started by `memphis connect-server`, real Connect clients.
+
+Each scenario runs in a client process of its own (integration/apps/connect_client.py): a Connect
+session switches its whole Python process to Connect mode, which the classic tests here must not see.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a server start and a client process per scenario: a minute and more
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENT = os.path.join(HERE, "apps", "connect_client.py")
+MEMPHIS = os.path.join(os.path.dirname(sys.executable), "memphis")  # the console script
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The URL of a Spark Connect server with memphis, started as a user would start it."""
+    port, log = free_port(), tmp_path_factory.mktemp("connect") / "server.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [MEMPHIS, "connect-server", "--port", str(port), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.sql.shuffle.partitions=4"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while "Spark Connect server started" not in log.read_text():
+            assert process.poll() is None, f"the server exited: {log.read_text()[-3000:]}"
+            assert time.time() < deadline, f"the server did not start: {log.read_text()[-3000:]}"
+            time.sleep(1)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def client(server, scenario, tmp_path) -> dict:
+    """What a client process saw running ``scenario`` (a function of connect_client.py)."""
+    done = subprocess.run([sys.executable, CLIENT, server, scenario, json.dumps({"path": str(tmp_path / "data")})],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # the last line: explain() prints above it
+
+
+def test_reuse_over_connect_answers_as_memphis_off_and_a_new_file_invalidates(server, tmp_path):
+    seen = client(server, "reuse", tmp_path)
+    assert all(answer == seen["expected"] for answer in seen["answers"])
+    [entry] = seen["entries"]
+    assert entry["state"] == "materialized" and entry["hits"] >= 1 and entry["owner"] == "alice"
+    assert seen["before"]["hits"] >= 1 and seen["before"]["materialized"] >= 1
+    # A file written into the folder: the held entry is stale and recomputed, never served.
+    assert seen["changed"] == seen["changed_expected"] != seen["expected"]
+    assert seen["after"]["invalidated"] == seen["before"]["invalidated"] + 1
+
+
+def test_each_public_function_on_a_connect_session(server, tmp_path):
+    seen = client(server, "functions", tmp_path)
+    assert seen["key"] == seen["renamed_key"] and len(seen["key"]) == 32  # aliases do not change a key
+    assert seen["uuid_key"] is None and seen["explain_uuid"] == "no lineage key: uuid is non-deterministic"
+    assert seen["explain_key"].startswith(f"lineage key {seen['key']}")
+    assert seen["collect_rows"] == seen["expected"] and seen["collect_shape"] == [7, 2] and seen["pandas_rows"] == 7
+    assert seen["local_hits"] == 2  # the pandas and numpy collects read the Arrow table collected first
+    assert seen["prefetched_rows"] == 4
+    assert seen["reuse_hits"] == 1  # @memphis.reuse keyed by the DataFrame's lineage key
+    assert seen["run_all"] == seen["run_all_expected"] and seen["run_all_persisted"] >= 1
+    assert seen["entries_tiers"] == ["host", "spark"]
+    # A Connect user's clear lets go of what their entries hold; other users' are theirs to keep.
+    assert seen["after_clear"]["entries"] and all(e["state"] in ("evicted", "seen") for e in seen["after_clear"]["entries"])
+    assert seen["broadcast"].startswith("TypeError: memphis.broadcast needs a classic SparkSession")
+    assert seen["configure_spark"].startswith("MemphisSetupError: this builder connects to a Spark Connect server")
+
+
+def test_two_users_never_read_each_others_entries(server, tmp_path):
+    seen = client(server, "users", tmp_path)
+    assert seen["alice"] == seen["bob"]
+    assert seen["after"]["refused_other_user"] > seen["before"]["refused_other_user"]
+    held = {e["owner"]: e for e in seen["entries"] if e["state"] == "materialized"}
+    assert set(held) == {"alice2", "bob"}  # bob's queries made an entry of his own
+    assert held["alice2"]["key"] == held["bob"]["key"]
+    assert held["alice2"]["hits"] == 1  # alice's third run only: bob's runs were not served from it
+
+
+def test_explain_and_analysis_count_no_occurrence_and_a_run_counts_one(server, tmp_path):
+    seen = client(server, "explain", tmp_path)
+    assert seen["explained"] == []
+    [entry] = seen["ran"]
+    assert entry["occurrences"] == 1 and entry["owner"] == "erin"
+
+
+def test_cache_and_persist_work_and_closing_a_users_last_session_releases_theirs(server, tmp_path):
+    seen = client(server, "lifecycle", tmp_path)
+    assert seen["cached"] == seen["cached_again"] and len(seen["cached"]) == 5
+    assert seen["persisted_count"] == 10_000
+    assert seen["cached_level"] == seen["persisted_level"] == "Disk Memory Deserialized 1x Replicated"
+    assert "InMemoryTableScan" in seen["cached_plan"] and "InMemoryTableScan" in seen["persisted_plan"]
+    assert seen["held_before"]
+    assert seen["held_after"] == []
