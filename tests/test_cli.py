@@ -1,7 +1,7 @@
 import pytest
 
 import memphis
-from memphis.cli import main, submit_command
+from memphis.cli import CONNECT_SERVER_CLASS, connect_server_command, main, submit_command
 
 
 def test_submit_sets_jar_and_extension_and_passes_everything_on():
@@ -27,3 +27,16 @@ def test_cli_needs_a_command(capsys):
         main([])
     assert info.value.code == 2
     assert "submit" in capsys.readouterr().err
+
+
+def test_connect_server_runs_sparks_connect_server_with_memphis_on_the_port():
+    cmd = connect_server_command(["--port", "15123", "--master", "local[2]", "--conf", "spark.ui.enabled=false"])
+    assert cmd[1:5] == ["--jars", memphis.jar_path(), "--conf", f"spark.sql.extensions={memphis.EXTENSION_CLASS}"]
+    assert cmd[5:9] == ["--class", CONNECT_SERVER_CLASS, "--conf", "spark.connect.grpc.binding.port=15123"]
+    assert cmd[-5:] == ["--master", "local[2]", "--conf", "spark.ui.enabled=false", "spark-internal"]
+    assert "spark.connect.grpc.binding.port=15002" in connect_server_command([])  # Spark Connect's default port
+
+
+def test_connect_server_needs_a_port_number(capsys):
+    assert main(["connect-server", "--port", "x"]) == 2
+    assert "--port needs a port number" in capsys.readouterr().err
