@@ -35,9 +35,10 @@ object ConnectSessions {
 
   private def call(target: AnyRef, method: String): AnyRef = target.getClass.getMethod(method).invoke(target)
 
-  /** Whether a Spark Connect server runs in this JVM. */
+  /** Whether a Spark Connect server runs in this JVM (Spark 3.5 has no `started`: its gRPC server is set). */
   def serving: Boolean = service.exists { s =>
-    try call(s, "started") == java.lang.Boolean.TRUE catch { case NonFatal(_) => false }
+    try call(s, "started") == java.lang.Boolean.TRUE
+    catch { case NonFatal(_) => try call(s, "server") != null catch { case NonFatal(_) => false } }
   }
 
   /** The active Connect sessions: (user id, session id, server-side session id). */
