@@ -108,3 +108,11 @@ def test_cache_and_persist_work_and_closing_a_users_last_session_releases_theirs
     assert "InMemoryTableScan" in seen["cached_plan"] and "InMemoryTableScan" in seen["persisted_plan"]
     assert seen["held_before"]
     assert seen["held_after"] == []
+
+
+def test_the_demo_runs_over_connect(server, tmp_path):
+    done = subprocess.run([MEMPHIS, "demo", "--remote", server, "--rows", "20000", "--plot", str(tmp_path / "demo.png")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "demo on Spark" in done.stdout and server in done.stdout
+    assert "every stage answers the same with memphis off and on" in done.stdout

@@ -93,6 +93,7 @@ def main(argv=None) -> int:
     stats.add_argument("--master", default="local[*]")
     demo = commands.add_parser("demo", help="run an exploratory ML session with memphis off, then on")
     demo.add_argument("--master", default="local[*]")
+    demo.add_argument("--remote", help="run on the Spark Connect server at this URL (sc://host:port) on this machine")
     demo.add_argument("--rows", type=int, default=400_000, help="rows of generated sales (default 400000)")
     demo.add_argument("--plot", default="memphis-demo.png", help="where to save the plot (default memphis-demo.png)")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
         if args.command == "stats":
             return _stats(args.master)
         from memphis import demo as showcase  # imported when asked for: it imports pyspark
-        showcase.main(master=args.master, rows=args.rows, plot_path=args.plot)
+        showcase.main(master=args.master, rows=args.rows, plot_path=args.plot, remote=args.remote)
         return 0
     except (MemphisSetupError, MemphisConfigError) as e:
         print(f"memphis: {e}", file=sys.stderr)

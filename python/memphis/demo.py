@@ -248,10 +248,20 @@ def progress(total: int):
     return tqdm(total=total, desc="demo", unit="stage", file=sys.stderr)
 
 
-def main(master: str = "local[*]", rows: int = 400_000, plot_path: str = "memphis-demo.png") -> None:
-    # The progress bar below replaces Spark's, which would interleave with it.
-    spark = memphis.session(master, app_name="memphis-demo", **{"spark.ui.showConsoleProgress": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
+def main(master: str = "local[*]", rows: int = 400_000, plot_path: str = "memphis-demo.png",
+         remote: str = None) -> None:
+    """The demo on a local session of ``master``, or on the Spark Connect server at ``remote``
+    (``sc://host:port``, started by ``memphis connect-server`` on this machine: the data is written
+    to a local temporary folder)."""
+    if remote:
+        from pyspark.sql import SparkSession
+
+        spark, where = SparkSession.builder.remote(remote).getOrCreate(), remote
+    else:
+        # The progress bar below replaces Spark's, which would interleave with it.
+        spark = memphis.session(master, app_name="memphis-demo", **{"spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        where = spark.sparkContext.master
     try:
         with tempfile.TemporaryDirectory(prefix="memphis-demo-") as directory, \
                 progress(3 * len(STAGES)) as bar:
@@ -272,7 +282,7 @@ def main(master: str = "local[*]", rows: int = 400_000, plot_path: str = "memphi
         for stage in STAGES:
             if not agree(off[stage], on[stage]):
                 raise AssertionError(f"memphis demo: {stage} answered differently with memphis on")
-        print(f"\nmemphis {memphis.__version__} demo on Spark {spark.version}, {spark.sparkContext.master}, "
+        print(f"\nmemphis {memphis.__version__} demo on Spark {spark.version}, {where}, "
               f"{rows} sales rows; every stage answers the same with memphis off and on\n")
         print("| stage | " + " | ".join(f"{m} s" for m in results) + " | speedup |")
         print("|---|---|---|---|")
