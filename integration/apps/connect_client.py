@@ -8,6 +8,7 @@ switches the whole Python process to Connect mode (pyspark sets SPARK_CONNECT_MO
 import json
 import os
 import sys
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -110,7 +111,10 @@ def users(url, path):
     first = [rows(aggregate(alice, path)) for _ in range(3)]
     before = stats(bob)
     second = [rows(aggregate(bob, path)) for _ in range(3)]
-    return {"alice": first, "bob": second, "before": before, "after": stats(bob),
+    after = stats(bob)
+    # Another session of alice's: her entries are hers in every session of hers.
+    first.append(rows(aggregate(connect(url, "alice2"), path)))
+    return {"alice": first, "bob": second, "before": before, "after": after,
             "entries": cache_rows(bob, "alice2") + cache_rows(bob, "bob")}
 
 
@@ -129,8 +133,8 @@ def explain(url, path):
 
 
 def lifecycle(url, path):
-    """A user's cache() and persist() keep working with memphis on; closing their only session lets go of their entries."""
-    spark, observer = connect(url, "carol"), connect(url, "observer")
+    """A user's cache() and persist() keep working with memphis on; closing their last session lets go of their entries."""
+    spark, other, observer = connect(url, "carol"), connect(url, "carol"), connect(url, "observer")
     write_part(path, 0, 20_000, "part-0.parquet")
     [rows(aggregate(spark, path)) for _ in range(3)]
     cached = spark.read.parquet(path).groupBy((F.col("id") % 5).alias("b")).agg(F.max("v").alias("m")).cache()
@@ -139,9 +143,11 @@ def lifecycle(url, path):
             "cached_level": str(cached.storageLevel), "persisted_level": str(persisted.storageLevel),
             "cached_plan": cached._explain_string(), "persisted_plan": persisted.filter("id > 10")._explain_string(),
             "held_before": [r for r in cache_rows(observer, "carol") if r["state"] == "materialized"]}
+    other.stop()  # not carol's last session: what her entries hold stays
+    time.sleep(3)  # the close reaches the server's listeners shortly after
+    seen["held_one_closed"] = [r for r in cache_rows(observer, "carol") if r["state"] == "materialized"]
     spark.stop()
-    import time
-    deadline = time.time() + 30  # the session's close reaches the server's listeners shortly after
+    deadline = time.time() + 30
     while time.time() < deadline and any(r["state"] == "materialized" for r in cache_rows(observer, "carol")):
         time.sleep(0.5)
     seen["held_after"] = [r for r in cache_rows(observer, "carol") if r["state"] in ("materialized", "to-persist")]
