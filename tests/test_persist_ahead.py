@@ -37,8 +37,8 @@ def test_after_a_recurring_aggregate_a_new_one_is_persisted_at_its_first_occurre
     assert eventually(lambda: entry_states(spark)[key]["state"] == "materialized")
 
     second_df = per_value(spark, path).where(F.col("total") > 3000)
-    assert uses_memphis_cache(second_df)  # the second occurrence is a hit, not a persist
     second, stages = stages_run(spark, "second", lambda: sorted(second_df.collect()))
+    assert uses_memphis_cache(second_df)  # the second occurrence is a hit, not a persist
     assert entry_states(spark)[key]["hits"] == 1
     plain, plain_stages = stages_run(spark, "plain", lambda: memphis_off(
         spark, lambda: sorted(per_value(spark, path).where(F.col("total") > 3000).collect())))

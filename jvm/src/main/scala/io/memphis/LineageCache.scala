@@ -3,8 +3,9 @@ package io.memphis
 import scala.collection.mutable
 
 import io.memphis.CacheStats.Counter
-import io.memphis.cache.{EntryTable, Eviction, QueryCandidates, QueryConf, ReuseActions, ReusePolicy, SlowerQueries,
-  SparkCache, StorageTracking}
+import io.memphis.LineageCache.Marks
+import io.memphis.cache.{EntryTable, Eviction, Executions, PendingObservation, QueryCandidates, QueryConf, ReuseActions,
+  ReusePolicy, SlowerQueries, SparkCache, StorageTracking}
 import io.memphis.lineage.LineageKey
 import io.memphis.reuse.{CacheEntry, EvictionPolicy, OwnerMark, RetainShuffle, StorageListener}
 import org.apache.spark.SparkContext
@@ -81,17 +82,19 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /**
    * Looks at one query's analyzed plan: drops entries whose sources changed, then keys its
-   * candidate subplans, decides on them ([[ReusePolicy]]) and carries the decisions out. Returns
-   * the first occurrences whose shuffle is to be kept ([[RetainShuffle]]) and, unless entries are
-   * shared across users, the subplans served or persisted for this query's user ([[OwnerMark]]):
-   * by identity, each with the node to put over it.
+   * candidate subplans, decides on them ([[ReusePolicy]]) and, when the query is being executed
+   * ([[Executions]]), carries the decisions out. Returns the first occurrences whose shuffle is to
+   * be kept ([[RetainShuffle]]) and, unless entries are shared across users, the subplans served or
+   * persisted for this query's user ([[OwnerMark]]): by identity, each with the node to put over it.
+   * When the query is only planned, nothing is counted or persisted: its observation is returned,
+   * to be counted if that plan runs ([[PendingObservation]]).
    */
-  def consider(session: SparkSession,
-      plan: LogicalPlan): java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan] = {
-    val marks = new java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan]
+  def consider(session: SparkSession, plan: LogicalPlan): (Marks, Option[PendingObservation]) = {
+    val marks = new Marks
     // This runs for every query: one with nothing to persist and nothing held to check costs no keys.
     relievePressure()
-    if (!table.holdsAny && !plan.exists(QueryCandidates.isCandidate(_, plan))) return marks
+    if (!table.holdsAny && !plan.exists(QueryCandidates.isCandidate(_, plan))) return (marks, None)
+    val executing = Executions.executing(sparkContext)
     val planned = System.currentTimeMillis()
     val conf = QueryConf(SparkShimImpl.sqlConf(session))
     val query = new QueryCandidates(plan, LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)), ConnectSessions.userOfQuery(session))
@@ -101,14 +104,34 @@ final class LineageCache private (val sparkContext: SparkContext) {
       eviction.dropStale(session, plan, query.results)
       val (candidates, past, recent) = query.policyInput(table, spark, session, conf.persistAhead)
       val decisions = ReusePolicy.decide(candidates, past, recent, table.recentSize, conf)
-      (candidates, decisions, actions.observe(query, decisions, planned))
+      (candidates, decisions, if (executing) actions.observe(query, decisions, planned) else Map.empty[Int, CacheEntry])
     }
     decisions.retain.foreach(i => marks.put(query.subplan(i), RetainShuffle(scoped(query.key(i).hash, query.user), _)))
+    val owned =
+      if (executing) carryOut(session, query, candidates, decisions, entries, conf, planned)
+      else actions.served(query, decisions)
+    if (!shareAcrossUsers) owned.forEach(p => marks.put(p, OwnerMark(query.user, _)))
+    (marks, if (executing) None else Some(new PendingObservation(query, decisions)))
+  }
+
+  /** Carries out the decisions on an executed query: persists what is due; returns the subplans it reads from memphis. */
+  private def carryOut(session: SparkSession, query: QueryCandidates, candidates: IndexedSeq[ReusePolicy.Candidate],
+      decisions: ReusePolicy.Decisions, entries: Map[Int, CacheEntry], conf: QueryConf,
+      planned: Long): java.util.Set[LogicalPlan] = {
+    // Planned before as another query, which shares its plan (and its observation): counted here.
+    PendingObservation.on(query.plan).foreach(_.take())
     val (owned, used) = actions.persistDue(session, query, candidates, decisions, entries, conf)
     currentExecution.foreach(executionPlanned(_, query.consumer, planned, used))
-    if (!shareAcrossUsers) owned.forEach(p => marks.put(p, OwnerMark(query.user, _)))
-    marks
+    owned
   }
+
+  /**
+   * A SQL execution ran `plan`, its query's normalized plan: counts what was observed when it was
+   * normalized outside an execution ([[PendingObservation]]), once. Due entries are not persisted
+   * then (the query has run): its next occurrence persists them.
+   */
+  def executed(plan: LogicalPlan): Unit = PendingObservation.on(plan).filter(_.take()).foreach(o =>
+    table.locked(actions.observe(o.query, o.decisions, System.currentTimeMillis())))
 
   /**
    * Persists the candidate subplan of `plan` whose key hash is `hash` now, before its first
@@ -219,8 +242,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   def entryRows[T](row: CacheEntry => T): Seq[T] = table.locked(table.all.map(row).toList)
 
   /** The SQL execution this thread plans for, if any (Spark sets it before planning an action). */
-  private def currentExecution: Option[Long] =
-    Option(sparkContext.getLocalProperty("spark.sql.execution.id")).map(_.toLong)
+  private def currentExecution: Option[Long] = Executions.current(sparkContext)
 }
 
 object LineageCache {
@@ -239,6 +261,9 @@ object LineageCache {
       cache
     }
   }
+
+  /** Subplans of a query (by identity), each with the node to put over it. */
+  type Marks = java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan]
 
   /** How many recent aggregates first met inside a query decide whether the next is persisted ahead. */
   val RecentAggregates = 16

@@ -4,6 +4,7 @@ import java.nio.file.{Files, Path}
 
 import scala.collection.mutable
 
+import io.memphis.cache.Executions
 import io.memphis.lineage.LineageKey
 import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy}
 import org.apache.spark.sql.{DataFrame, SparkSession}
@@ -31,7 +32,8 @@ import org.scalatestplus.scalacheck.ScalaCheckDrivenPropertyChecks
  *  - once eviction has run (an entry materialized), memphis holds no more than its budget unless
  *    the next entry to go is read by a running query or only entries being filled hold data.
  *
- * No job runs: the block updates are the ones Spark would post, sent as its listener does.
+ * No job runs: the block updates are the ones Spark would post, sent as its listener does. A query
+ * is planned as the one a run executes (under a Spark Connect operation's job tag), so that it counts.
  */
 class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with ScalaCheckDrivenPropertyChecks {
   import CacheStatePropertySuite._
@@ -87,8 +89,9 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
       op match {
         case Query(q, user) =>
           CurrentUserContext.CURRENT_USER.set(Users(user))
+          spark.sparkContext.addJobTag(Executed)
           val served = try plans(q)().queryExecution.withCachedData.collect { case r: InMemoryRelation => r.cacheBuilder.tableName }
-            finally CurrentUserContext.CURRENT_USER.remove()
+            finally { spark.sparkContext.removeJobTag(Executed); CurrentUserContext.CURRENT_USER.remove() }
           val entries = cache.entryRows(identity)
           served.foreach { name =>
             val e = entries.find(_.relation.map(_.name) == name)
@@ -184,6 +187,8 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
 }
 
 object CacheStatePropertySuite {
+  /** The job tag a query is planned under, as Spark Connect plans an ExecutePlan operation's ([[Executions]]). */
+  val Executed: String = Executions.ConnectOperationTag + "User_states_Session_states_Operation_query"
   val Users = Seq("alice", "bob")
   val Executors = Seq("driver", "exec-1")
   /** How many random sequences, of at most how many operations (`-Dmemphis.states.sequences=` for more). */

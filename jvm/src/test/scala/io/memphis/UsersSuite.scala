@@ -33,11 +33,14 @@ class UsersSuite extends AnyFunSuite with LocalSessions {
     path
   }
 
-  /** An aggregate over Parquet, its answer, and whether Spark read it from a cached relation. */
+  /**
+   * An aggregate over Parquet, its answer, and whether Spark read it from a cached relation (looked
+   * at once it ran: a plan looked at before would count its occurrence only when it ran).
+   */
   private def query(spark: SparkSession, path: String): (Seq[(Long, Long)], Boolean) = {
     val df = spark.read.parquet(path).groupBy((col("id") % 7).as("b")).agg(sum("id"))
-    val served = df.queryExecution.withCachedData.exists(_.isInstanceOf[InMemoryRelation])
-    (df.collect().map(r => r.getLong(0) -> r.getLong(1)).toSeq.sorted, served)
+    val answer = df.collect().map(r => r.getLong(0) -> r.getLong(1)).toSeq.sorted
+    (answer, df.queryExecution.withCachedData.exists(_.isInstanceOf[InMemoryRelation]))
   }
 
   // Broadcasts are registered when Spark's listeners see their query end: wait for them first.

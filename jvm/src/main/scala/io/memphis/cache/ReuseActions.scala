@@ -23,22 +23,28 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
   /** How many times memphis persisted anything: numbers cached relations' names. Under the table's lock. */
   private var persists = 0L
 
-  /** Counts what `decisions` observed on the table, under its lock; returns the observed candidates' entries. */
+  /**
+   * Counts what `decisions` observed on the table, under its lock; returns the observed candidates'
+   * entries. Also when the count was deferred to the run of a plan decided on earlier ([[PendingObservation]]).
+   */
   def observe(query: QueryCandidates, decisions: Decisions, now: Long): Map[Int, CacheEntry] = {
     import Observation._
     val entries = mutable.Map.empty[Int, CacheEntry]
-    def remember(i: Int) = {
-      val key = query.key(i)
-      table.remember(table.scoped(key.hash, query.user), key, query.user, now)
-    }
+    def id(i: Int) = table.scoped(query.key(i).hash, query.user)
+    def remember(i: Int) = table.remember(id(i), query.key(i), query.user, now)
     // Forgotten since the policy's input was read (a first occurrence pushed it out): remembered anew.
     def known(i: Int) = {
-      val e = table.get(table.scoped(query.key(i).hash, query.user)).getOrElse(remember(i))
+      val e = table.get(id(i)).getOrElse(remember(i))
       e.addConsumer(query.consumer)
       e.occurrences += 1
       e.lastAccess = now
       entries(i) = e
       e
+    }
+    def miss(i: Int) = {
+      val e = known(i)
+      if (e.state == EntryState.Evicted) e.misses += 1
+      stats.record(Counter.Misses, s"miss ${e.key.hash} (${e.state}, occurrence ${e.occurrences})")
     }
     decisions.observed.foreach {
       case NoKey(i, reason) => stats.record(Counter.Refused, s"no reuse of ${query.subplan(i).nodeName}: $reason")
@@ -46,6 +52,8 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
         s"not serving ${query.key(i).hash} to ${query.user}: another user's entry; computed on its own")
       case Collision(i) => stats.record(Counter.Refused,
         s"no reuse of ${query.subplan(i).nodeName}: its key hash ${query.key(i).hash} collides with another plan's")
+      // Seen by another query since a deferred count's plan was decided on: this is a later occurrence.
+      case FirstSeen(i) if table.contains(id(i)) => miss(i)
       case FirstSeen(i) =>
         val e = remember(i)
         e.addConsumer(query.consumer)
@@ -57,10 +65,7 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
         stats.add(Counter.ComputeSavedMs, e.costMs)
         currentExecution().foreach(e.readers += _)
         stats.record(Counter.Hits, s"reuse ${e.key.hash} (${e.state}, hit ${e.hits})")
-      case Miss(i) =>
-        val e = known(i)
-        if (e.state == EntryState.Evicted) e.misses += 1
-        stats.record(Counter.Misses, s"miss ${e.key.hash} (${e.state}, occurrence ${e.occurrences})")
+      case Miss(i) => miss(i)
     }
     decisions.recentlyMet.foreach(i => table.recent.add(entries(i)))
     entries.toMap
@@ -73,12 +78,8 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
    */
   def persistDue(session: SparkSession, query: QueryCandidates, candidates: IndexedSeq[ReusePolicy.Candidate],
       decisions: Decisions, entries: Map[Int, CacheEntry], conf: QueryConf): (java.util.Set[LogicalPlan], Set[CacheEntry]) = {
-    val owned = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap[LogicalPlan, java.lang.Boolean])
-    val used = mutable.Set.empty[CacheEntry]
-    decisions.served.foreach { i =>
-      owned.add(query.subplan(i))
-      used += entries(i)
-    }
+    val owned = served(query, decisions)
+    val used = mutable.Set.empty[CacheEntry] ++= decisions.served.map(entries)
     val admitted = decisions.due.filter(i => admits(session, query.subplan(i), entries(i), conf.sql))
     val chosen = ReusePolicy.choose(candidates, admitted, i => table.locked(entries(i).occurrences))
     table.locked(chosen.foreach { i =>
@@ -96,6 +97,13 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
       }
     })
     (owned, used.toSet)
+  }
+
+  /** The subplans Spark substitutes a held entry's relation for in this query (by identity). */
+  def served(query: QueryCandidates, decisions: Decisions): java.util.Set[LogicalPlan] = {
+    val subplans = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap[LogicalPlan, java.lang.Boolean])
+    decisions.served.foreach(i => subplans.add(query.subplan(i)))
+    subplans
   }
 
   /**

@@ -3,6 +3,7 @@ package io.memphis.reuse
 import scala.util.control.NonFatal
 
 import io.memphis.{CacheStats, LineageCache, MemphisConf}
+import io.memphis.cache.PendingObservation
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.rules.Rule
@@ -19,9 +20,10 @@ import org.apache.spark.sql.internal.SQLConf
  * aggregate share it.
  *
  * The only changes it makes to a plan are marks: the first occurrences of aggregates whose shuffle
- * is kept ([[RetainShuffle]]), and the subplans memphis serves to this user ([[OwnerMark]]). It
- * never raises into the user's query: on an internal failure it logs why and leaves the query to
- * plain Spark.
+ * is kept ([[RetainShuffle]]), and the subplans memphis serves to this user ([[OwnerMark]]). A
+ * query only planned (an explain) is marked too, but counts and persists nothing: what it would
+ * count travels on the returned plan, counted if that plan runs ([[PendingObservation]]). It never
+ * raises into the user's query: on an internal failure it logs why and leaves the query to plain Spark.
  */
 final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan = {
@@ -31,8 +33,12 @@ final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
     else ReuseRule.suspended {
       try {
         val cache = LineageCache.forContext(session.sparkContext)
-        if (MemphisConf.Enabled.get(SQLConf.get)) ReuseRule.mark(plan, cache.consider(session, plan))
-        else {
+        if (MemphisConf.Enabled.get(SQLConf.get)) {
+          val (marks, pending) = cache.consider(session, plan)
+          val marked = ReuseRule.mark(plan, marks)
+          pending.foreach(PendingObservation.attach(marked, _))
+          marked
+        } else {
           cache.releaseFor(session, "spark.memphis.enabled is false")
           plan
         }
@@ -47,7 +53,7 @@ final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
 
 object ReuseRule {
   /** `plan` with each subplan in `marks` (by identity) under the node its mark makes. */
-  private def mark(plan: LogicalPlan, marks: java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan]): LogicalPlan =
+  private def mark(plan: LogicalPlan, marks: LineageCache.Marks): LogicalPlan =
     if (marks.isEmpty) plan
     else {
       val marked = plan.mapChildren(mark(_, marks))

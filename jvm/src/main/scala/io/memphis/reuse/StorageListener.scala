@@ -12,7 +12,8 @@ import org.apache.spark.storage.RDDBlockId
  * Tells the lineage cache what Spark's block managers actually store, so that "materialized" is
  * confirmed, not assumed, and partitions lost to Spark's own LRU or a lost executor are noticed;
  * which jobs read cached data, and when they (or their SQL executions) end, so that what a running
- * query reads is not evicted under it; which broadcasts a query built, for later queries to read.
+ * query reads is not evicted under it; which broadcasts a query built, for later queries to read;
+ * which plans, planned before their action, ran (their occurrences are counted then).
  */
 final class StorageListener(cache: LineageCache) extends SparkListener {
   override def onBlockUpdated(event: SparkListenerBlockUpdated): Unit = {
@@ -47,6 +48,7 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
       cache.readerEnded(end.executionId)
       cache.executionEnded(end.executionId, end.time, PhysicalPlans.executionFailed(end))
       cache.broadcasts.executionEnded(end)
+      PhysicalPlans.normalizedPlan(end).foreach(cache.executed)
     case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.connectSessionClosed(user, session) }
   }
 }

@@ -3,6 +3,7 @@ package org.apache.spark.sql.memphis
 import java.util.concurrent.atomic.AtomicInteger
 
 import org.apache.spark.{MapOutputTrackerMaster, SparkEnv}
+import org.apache.spark.sql.catalyst.QueryPlanningTracker
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.execution.{ColumnarToRowTransition, InputAdapter, RowToColumnarTransition, SparkPlan,
   WholeStageCodegenExec}
@@ -14,8 +15,9 @@ import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
 
 /**
  * memphis's reading of Spark's physical plans: the shuffles and broadcasts a query builds, whether
- * they are built, what they cost and hold, and the nodes that read a retained one in place of a new
- * one. The same on every Spark line; what differs goes through [[SparkShimImpl]].
+ * they are built, what they cost and hold, the nodes that read a retained one in place of a new
+ * one, and what a finished SQL execution ran. The same on every Spark line; what differs goes
+ * through [[SparkShimImpl]].
  */
 object PhysicalPlans {
   /**
@@ -181,6 +183,13 @@ object PhysicalPlans {
       case _ if asQueryStage => None
       case _ => Some(ReusedExchangeExec(exchange.output, broadcastExchange(retained)))
     }
+
+  /**
+   * The normalized plan of the query a finished SQL execution ran, when Spark kept its query
+   * execution and optimized it (which read the normalized plan): never planned here, on a listener's thread.
+   */
+  def normalizedPlan(end: SparkListenerSQLExecutionEnd): Option[LogicalPlan] =
+    Option(end.qe).filter(_.tracker.phases.contains(QueryPlanningTracker.OPTIMIZATION)).map(_.normalized)
 
   /** Whether a SQL execution failed. */
   def executionFailed(end: SparkListenerSQLExecutionEnd): Boolean = end.executionFailure.isDefined
