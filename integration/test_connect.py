@@ -90,6 +90,7 @@ def test_two_users_never_read_each_others_entries(server, tmp_path):
     held = {e["owner"]: e for e in seen["entries"] if e["state"] == "materialized"}
     assert set(held) == {"alice2", "bob"}  # bob's queries made an entry of his own
     assert held["alice2"]["key"] == held["bob"]["key"]
+    assert {e["owner"] for e in seen["bob_sees"]} == {"bob"}  # memphis_cache() lists a user's own entries
     # Alice's third run, and a run in another session of hers; bob's runs were not served from it.
     assert held["alice2"]["hits"] == 2
 
@@ -108,6 +109,7 @@ def test_cache_and_persist_work_and_closing_a_users_last_session_releases_theirs
     assert seen["cached_level"] == seen["persisted_level"] == "Disk Memory Deserialized 1x Replicated"
     assert "InMemoryTableScan" in seen["cached_plan"] and "InMemoryTableScan" in seen["persisted_plan"]
     assert seen["held_before"] and seen["held_one_closed"] == seen["held_before"]
+    assert seen["observer_sees"] == []
     assert seen["held_after"] == []
 
 

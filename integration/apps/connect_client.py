@@ -113,9 +113,10 @@ def users(url, path):
     second = [rows(aggregate(bob, path)) for _ in range(3)]
     after = stats(bob)
     # Another session of alice's: her entries are hers in every session of hers.
-    first.append(rows(aggregate(connect(url, "alice2"), path)))
-    return {"alice": first, "bob": second, "before": before, "after": after,
-            "entries": cache_rows(bob, "alice2") + cache_rows(bob, "bob")}
+    alice_again = connect(url, "alice2")
+    first.append(rows(aggregate(alice_again, path)))
+    return {"alice": first, "bob": second, "before": before, "after": after, "bob_sees": cache_rows(bob),
+            "entries": cache_rows(alice_again, "alice2") + cache_rows(bob, "bob")}
 
 
 def explain(url, path):
@@ -135,6 +136,7 @@ def explain(url, path):
 def lifecycle(url, path):
     """A user's cache() and persist() keep working with memphis on; closing their last session lets go of their entries."""
     spark, other, observer = connect(url, "carol"), connect(url, "carol"), connect(url, "observer")
+    held = lambda: [r for r in cache_rows(other, "carol") if r["state"] == "materialized"]
     write_part(path, 0, 20_000, "part-0.parquet")
     [rows(aggregate(spark, path)) for _ in range(3)]
     cached = spark.read.parquet(path).groupBy((F.col("id") % 5).alias("b")).agg(F.max("v").alias("m")).cache()
@@ -142,15 +144,17 @@ def lifecycle(url, path):
     seen = {"cached": rows(cached), "cached_again": rows(cached), "persisted_count": persisted.count(),
             "cached_level": str(cached.storageLevel), "persisted_level": str(persisted.storageLevel),
             "cached_plan": cached._explain_string(), "persisted_plan": persisted.filter("id > 10")._explain_string(),
-            "held_before": [r for r in cache_rows(observer, "carol") if r["state"] == "materialized"]}
-    other.stop()  # not carol's last session: what her entries hold stays
+            "held_before": held(), "observer_sees": cache_rows(observer)}
+    spark.stop()  # not carol's last session: what her entries hold stays
     time.sleep(3)  # the close reaches the server's listeners shortly after
-    seen["held_one_closed"] = [r for r in cache_rows(observer, "carol") if r["state"] == "materialized"]
-    spark.stop()
+    seen["held_one_closed"] = held()
+    evicted = stats(observer)["evicted"]
+    other.stop()
     deadline = time.time() + 30
-    while time.time() < deadline and any(r["state"] == "materialized" for r in cache_rows(observer, "carol")):
+    while time.time() < deadline and stats(observer)["evicted"] == evicted:
         time.sleep(0.5)
-    seen["held_after"] = [r for r in cache_rows(observer, "carol") if r["state"] in ("materialized", "to-persist")]
+    # Read as carol again only now: a session of hers open before the close would have kept them.
+    seen["held_after"] = [r for r in cache_rows(connect(url, "carol"), "carol") if r["state"] in ("materialized", "to-persist")]
     return seen
 
 

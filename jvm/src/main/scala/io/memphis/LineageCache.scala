@@ -241,6 +241,12 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** One row per entry, for `memphis_cache()`, read under the lock. */
   def entryRows[T](row: CacheEntry => T): Seq[T] = table.locked(table.all.map(row).toList)
 
+  /** The rows of the entries `session` may see: on a Spark Connect server, its user's own (unless entries are shared). */
+  def entryRowsFor[T](session: SparkSession, row: CacheEntry => T): Seq[T] = connectUser(session) match {
+    case Some(user) => table.locked(table.all.filter(_.owner == user).map(row).toList)
+    case None => entryRows(row)
+  }
+
   /** The SQL execution this thread plans for, if any (Spark sets it before planning an action). */
   private def currentExecution: Option[Long] = Executions.current(sparkContext)
 }

@@ -51,7 +51,7 @@ object MemphisTableFunctions {
     })
 
   val entries: Description = tableFunction("memphis_cache", 0, "()",
-    "Returns one row per memphis cache entry: its key, state, counts, size and last decision.",
+    "Returns one row per memphis cache entry (over Spark Connect, the calling user's): its key, state, counts, size and last decision.",
     Seq("key" -> StringType, "state" -> StringType, "occurrences" -> IntegerType, "hits" -> LongType,
       "misses" -> LongType, "consumers" -> IntegerType, "readers" -> IntegerType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
       "partitions" -> IntegerType, "cost_ms" -> LongType, "score" -> DoubleType, "height" -> IntegerType,
@@ -59,7 +59,7 @@ object MemphisTableFunctions {
       "reason" -> StringType, "owner" -> StringType),
     call => {
       val policy = MemphisConf.EvictionPolicyName.get(SQLConf.get)
-      call.cache.entryRows(e => InternalRow(utf8(e.key.hash),
+      call.cache.entryRowsFor(call.session, e => InternalRow(utf8(e.key.hash),
         utf8(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.relation.fold(0)(_.stored.size),
         e.relation.fold(0)(_.partitions), e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess, e.firstShuffles.size,
         e.estimatedBytes.fold(-1L)(b => if (b.isValidLong) b.toLong else Long.MaxValue), utf8(e.reason), utf8(e.owner)))
