@@ -25,9 +25,6 @@ import org.apache.spark.unsafe.types.UTF8String
 object MemphisTableFunctions {
   type Description = (FunctionIdentifier, ExpressionInfo, Seq[Expression] => LogicalPlan)
 
-  /** How long `memphis_stats()` waits at most for Spark's listeners (see [[PythonFacade.statsJson]]). */
-  private val StatsListenerWaitMs = 10000L
-
   /** One call of a table function: its arguments, the session that analyzes it and its cache. */
   final case class Call(name: String, args: Seq[Expression], session: SparkSession, cache: LineageCache) {
     /** The plan of the `i`-th argument, a `TABLE(...)` (its analyzed plan: arguments resolve first). */
@@ -45,10 +42,7 @@ object MemphisTableFunctions {
   val stats: Description = tableFunction("memphis_stats", 0, "()",
     "Returns the memphis cache counters as rows (name, value).",
     Seq("name" -> StringType, "value" -> LongType),
-    call => {
-      SparkRuntime.awaitListeners(call.session.sparkContext, StatsListenerWaitMs)
-      call.cache.statsRows(SQLConf.get).map { case (name, value) => InternalRow(utf8(name), value) }
-    })
+    call => PythonFacade.statsRows(call.session).map { case (name, value) => InternalRow(utf8(name), value) })
 
   val entries: Description = tableFunction("memphis_cache", 0, "()",
     "Returns one row per memphis cache entry (over Spark Connect, the calling user's): its key, state, counts, size and last decision.",

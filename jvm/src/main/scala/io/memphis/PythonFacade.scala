@@ -16,15 +16,18 @@ object PythonFacade {
   private val StatsListenerWaitMs = 10000L
 
   /**
-   * The `memphis_stats()` rows as a flat JSON object of numbers, once Spark's listeners have seen
-   * the queries that finished (a query's end, and what memphis records then, such as the broadcasts
-   * it built, reaches them asynchronously): counters read right after an action include it.
+   * The `memphis_stats()` rows, once Spark's listeners have seen the queries that finished (a
+   * query's end, and what memphis records then, such as the broadcasts it built, reaches them
+   * asynchronously): counters read right after an action include it.
    */
-  def statsJson(session: SparkSession): String = {
+  def statsRows(session: SparkSession): Seq[(String, Long)] = {
     SparkRuntime.awaitListeners(session.sparkContext, StatsListenerWaitMs)
-    val rows = LineageCache.forContext(session.sparkContext).statsRows(SparkShimImpl.sqlConf(session))
-    rows.map { case (name, value) => s""""$name": $value""" }.mkString("{", ", ", "}")
+    LineageCache.forContext(session.sparkContext).statsRows(SparkShimImpl.sqlConf(session))
   }
+
+  /** [[statsRows]] as a flat JSON object of numbers. */
+  def statsJson(session: SparkSession): String =
+    statsRows(session).map { case (name, value) => s""""$name": $value""" }.mkString("{", ", ", "}")
 
   /** Unpersists everything memphis holds and forgets its entries. */
   def clear(session: SparkSession): Unit = LineageCache.forContext(session.sparkContext).clearFor(session)
