@@ -51,8 +51,10 @@ def test_many_distinct_broadcasts_in_a_small_driver_stay_in_their_budget(tmp_pat
         assert held <= budget and heap_held <= heap_budget
 
 
-# The valve in a fresh JVM whose threshold every collection crosses: two kept broadcasts, one read
-# ten times, the other once; after a full collection the next query lets go of the one of least value.
+# The valve in a fresh JVM: two kept broadcasts, one read ten times, the other once; after a full
+# collection over the threshold the next query lets go of the one of least value. The test holds the
+# old generation's threshold itself (JMX), so that only its own collections cross it: a collection
+# the JVM runs on its own in the middle would release too early.
 PRESSURE_APP = r"""
 import json, sys
 import memphis
@@ -60,7 +62,18 @@ from pyspark.sql import functions as F
 
 confs = json.loads(sys.argv[1])
 spark = memphis.session("local[2]", **confs)
-gc = spark._jvm.java.lang.System.gc
+jvm = spark._jvm
+old_generation = [p for p in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+                  if str(p.getType()) == "Heap memory" and p.isUsageThresholdSupported() and p.isCollectionUsageThresholdSupported()][0]
+
+def collect_over_threshold(then):
+    # A full collection that crosses the threshold, then `then`'s answer, then no crossings.
+    old_generation.setCollectionUsageThreshold(1)
+    jvm.java.lang.System.gc()
+    answer = then()
+    old_generation.setCollectionUsageThreshold(0)   # 0: no checking
+    return answer
+
 spark.range(100_000).selectExpr("id", "id % 500 AS d", "id % 7 AS v").write.parquet(sys.argv[2] + "/fact")
 fact = spark.read.parquet(sys.argv[2] + "/fact")
 dims = spark.range(500).selectExpr("id AS d", "id % 10 AS g")
@@ -74,8 +87,9 @@ def counters():
     s = memphis.stats(spark)
     return {k: s[k] for k in ["pressure_releases", "broadcasts_reused", "broadcasts_registered", "bytes_held_join_broadcasts"]}
 
-answers = []
-gc(); answers.append(query(9, 0).collect())      # a crossing before anything is held releases nothing
+conf_threshold = old_generation.getCollectionUsageThreshold()    # what the valve set, from the conf
+old_generation.setCollectionUsageThreshold(0)
+answers = [collect_over_threshold(query(9, 0).collect)]   # a crossing before anything is held releases nothing
 before = counters()
 for dim in (8, 5):                                # each built twice: both kept
     for j in (1, 2):
@@ -83,8 +97,7 @@ for dim in (8, 5):                                # each built twice: both kept
 for j in range(3, 13):                            # the first read ten times: of more value than the second
     answers.append(query(8, j).collect())
 held = counters()
-gc()
-answers.append(spark.range(1000).selectExpr("sum(id)").collect())  # the valve runs when the next query is planned
+answers.append(collect_over_threshold(spark.range(1000).selectExpr("sum(id)").collect))  # the valve runs when the next query is planned
 relieved = counters()
 answers.append(query(8, 13).collect())            # still kept: read again
 kept = counters()
@@ -94,7 +107,9 @@ spark.conf.set("spark.memphis.enabled", "false")
 plain = [query(9, 0).collect()] + [query(d, j).collect() for d in (8, 5) for j in (1, 2)] + \
     [query(8, j).collect() for j in range(3, 13)] + [spark.range(1000).selectExpr("sum(id)").collect(), query(8, 13).collect(),
      query(5, 14).collect()]
-print(json.dumps({"before": before, "held": held, "relieved": relieved, "kept": kept, "rebuilt": rebuilt,
+pool_max = old_generation.getUsage().getMax()
+print(json.dumps({"threshold": [conf_threshold, pool_max if pool_max > 0 else jvm.java.lang.Runtime.getRuntime().maxMemory()],
+                  "before": before, "held": held, "relieved": relieved, "kept": kept, "rebuilt": rebuilt,
                   "equal": [sorted(a) for a in answers] == [sorted(p) for p in plain]}))
 """
 
@@ -104,6 +119,9 @@ def test_the_pressure_valve_releases_by_value_and_the_next_queries_answer_right(
              "driver_heapFraction": "0.3"}
     r = run_python(PRESSURE_APP, json.dumps(confs), str(tmp_path))
     assert r["equal"]
+    conf_threshold, pool_max = r["threshold"]
+    assert conf_threshold == int(pool_max * 0.01)
+    assert r["before"]["pressure_releases"] == 0
     assert r["held"]["broadcasts_registered"] - r["before"]["broadcasts_registered"] == 2, r
     assert r["held"]["bytes_held_join_broadcasts"] > 0
     assert r["relieved"]["pressure_releases"] - r["held"]["pressure_releases"] == 1, r
