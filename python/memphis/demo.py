@@ -249,10 +249,10 @@ def progress(total: int):
 
 
 def main(master: str = "local[*]", rows: int = 400_000, plot_path: str = "memphis-demo.png",
-         remote: str = None) -> None:
+         remote: str = None) -> str:
     """The demo on a local session of ``master``, or on the Spark Connect server at ``remote``
     (``sc://host:port``, started by ``memphis connect-server`` on this machine: the data is written
-    to a local temporary folder)."""
+    to a local temporary folder). Returns what it printed: a heading and the tables (markdown)."""
     if remote:
         from pyspark.sql import SparkSession
 
@@ -282,23 +282,24 @@ def main(master: str = "local[*]", rows: int = 400_000, plot_path: str = "memphi
         for stage in STAGES:
             if not agree(off[stage], on[stage]):
                 raise AssertionError(f"memphis demo: {stage} answered differently with memphis on")
-        print(f"\nmemphis {memphis.__version__} demo on Spark {spark.version}, {where}, "
-              f"{rows} sales rows; every stage answers the same with memphis off and on\n")
-        print("| stage | " + " | ".join(f"{m} s" for m in results) + " | speedup |")
-        print("|---|---|---|---|")
+        heading = (f"memphis {memphis.__version__} demo on Spark {spark.version}, {where}, "
+                   f"{rows} sales rows; every stage answers the same with memphis off and on")
+        lines = ["| stage | " + " | ".join(f"{m} s" for m in results) + " | speedup |", "|---|---|---|---|"]
         for stage in STAGES + ("total",):
             a, b = (sum(s.values()) if stage == "total" else s[stage] for s in (off_s, on_s))
-            print(f"| {stage} | {a:.2f} | {b:.2f} | {a / b:.2f}x |")
-        print("\n| mode | seconds | speedup | " + " | ".join(COLUMNS) + " |")
-        print("|" + "---|" * (3 + len(COLUMNS)))
+            lines.append(f"| {stage} | {a:.2f} | {b:.2f} | {a / b:.2f}x |")
+        lines += ["", "| mode | seconds | speedup | " + " | ".join(COLUMNS) + " |", "|" + "---|" * (3 + len(COLUMNS))]
         total_off = sum(off_s.values())
         for mode, (_, seconds, counters) in results.items():
             cells = [str(column(counters, names)) for names in COLUMNS.values()]
             total = sum(seconds.values())
-            print(f"| {mode} | {total:.2f} | {total_off / total:.2f}x | " + " | ".join(cells) + " |")
+            lines.append(f"| {mode} | {total:.2f} | {total_off / total:.2f}x | " + " | ".join(cells) + " |")
+        tables = "\n".join(lines) + "\n"
+        print(f"\n{heading}\n\n{tables}")
         try:
             print(f"\nplot: {os.path.abspath(plot(dict(zip(results, (off_s, on_s))), plot_path))}")
         except ImportError:  # the plot is optional for a pip install without the demo extra
             print("\nno plot: matplotlib is not installed (pip install 'memphis-spark[demo]')")
+        return f"{heading}\n\n{tables}"
     finally:
         spark.stop()
