@@ -1,7 +1,10 @@
 """The GPU tier on mini-batch scoring and a PCA sweep, against plain device arrays.
 
     PYTHONPATH=python .venv/bin/python benchmarks/gpu_tier.py --device simulated|cupy [--batches N] [--batch N]
-        [--repeats N] [--quick] [--out DIR]
+        [--repeats N] [--no-transfers] [--quick] [--out DIR]
+
+On the simulated device numpy does the device's work: run it with OPENBLAS_NUM_THREADS=1 (on a
+loaded 2-core machine multi-threaded BLAS took a run from 0.5 s to 5-14 s).
 
 Workloads (MEMPHIS §8.2, 12b and PCA pipelines, scaled down):
 - CNN-like scoring of ``--batches`` mini-batches of ``--batch`` images 16×16×3: two 3×3 conv layers
@@ -120,7 +123,9 @@ def pca_sweep(X, y, to_device, to_host):
 
 
 def make_device(kind: str, capacity_bytes: int):
-    return memphis.gpu.SimulatedDevice(capacity_bytes=capacity_bytes) if kind == "simulated" else memphis.gpu.CupyDevice()
+    if kind == "simulated":
+        return memphis.gpu.SimulatedDevice(capacity_bytes=capacity_bytes)
+    return memphis.gpu.CupyDevice()
 
 
 class PlainPool:
@@ -286,8 +291,8 @@ def run_transfers(device_kind, sizes_mb, repeats, quick):
             del value
         if not np.array_equal(answers["host_matrix"], answers["stack_columns"]):
             mismatches.append(f"transfer of {mb} MB")
-        rows.append({"mb": mb, "seconds": seconds,
-                     "speedup": [round(v, 3) for v in ratio_interval(seconds["host_matrix"], seconds["stack_columns"])]})
+        speedup = ratio_interval(seconds["host_matrix"], seconds["stack_columns"])
+        rows.append({"mb": mb, "seconds": seconds, "speedup": [round(v, 3) for v in speedup]})
     device.close()
     return rows, mismatches
 
@@ -311,17 +316,18 @@ def markdown(report, command) -> str:
                 "the simulated device's plain arrays through a pool like cupy's (numpy stands in for the GPU: "
                 "times are CPU times).")
              + f" `{TIGHT}`: the budget at the plain run's peak plus {TIGHT_SHARE:g} of what memphis' cache adds. "
-             "Counters: each mode's last run. " + ("Answers that differ: " + "; ".join(report["mismatches"]) if report["mismatches"]
-                                                    else "Every run's answer equals the reference."), "",
+             "Counters: each mode's last run. "
+             + ("Answers that differ: " + "; ".join(report["mismatches"]) if report["mismatches"]
+                else "Every run's answer equals the reference."), "",
              "| workload | ρ | mode | seconds | speed-up | " + " | ".join(COUNTER_COLUMNS) + " |",
              "|" + "---|" * (5 + len(COUNTER_COLUMNS))]
     for w in report["workloads"]:
         for mode, seconds in w["seconds"].items():
             speedup = "" if mode == baseline else ratio_text(ratio_interval(w["seconds"][baseline], seconds))
-            counters = w["counters"][mode]
+            counters = " | ".join("" if w["counters"][mode].get(c) is None else str(w["counters"][mode][c])
+                                  for c in COUNTER_COLUMNS)
             lines.append(f"| {w['workload']} | {'' if w['repeat_share'] is None else w['repeat_share']} | {mode} | "
-                         f"{interval_text(seconds)} | {speedup} | "
-                         + " | ".join("" if counters.get(c) is None else str(counters[c]) for c in COUNTER_COLUMNS) + " |")
+                         f"{interval_text(seconds)} | {speedup} | {counters} |")
     lines += ["", "Tight budgets (bytes): " + ", ".join(
         f"{w['workload']} {'' if w['repeat_share'] is None else w['repeat_share']}: {w['tight_budget_bytes']}"
         for w in report["workloads"])]
@@ -329,7 +335,8 @@ def markdown(report, command) -> str:
         lines += ["", "Arrow table → device matrix: a host matrix and one copy, against `stack_columns` (s):", "",
                   "| MB | host matrix | stack_columns | speed-up |", "|---|---|---|---|"]
         lines += [f"| {t['mb']} | {interval_text(t['seconds']['host_matrix'])} | "
-                  f"{interval_text(t['seconds']['stack_columns'])} | {ratio_text(t['speedup'])} |" for t in report["transfers"]]
+                  f"{interval_text(t['seconds']['stack_columns'])} | {ratio_text(t['speedup'])} |"
+                  for t in report["transfers"]]
     return "\n".join(lines) + "\n"
 
 
@@ -340,6 +347,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=32, help="images per batch")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="timed runs per mode")
     parser.add_argument("--capacity", default="1g", help="simulated device capacity")
+    parser.add_argument("--no-transfers", action="store_true", help="leave the Arrow → device transfers out")
     parser.add_argument("--quick", action="store_true", help="simulated, 12 batches of 8 images, every mode once")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args(argv)
@@ -357,12 +365,14 @@ def main(argv=None) -> int:
             result = run_workload(run, data, modes, args, capacity, progress)
             mismatches += [f"{name} ρ={share} {m}" for m in result.pop("mismatches")]
             report["workloads"].append({"workload": name, "repeat_share": share, **result})
-    if args.device == "cupy" or args.quick:
-        report["transfers"], wrong = run_transfers(args.device, (1,) if args.quick else TRANSFER_MB, args.repeats, args.quick)
+    if (args.device == "cupy" or args.quick) and not args.no_transfers:
+        sizes_mb = (1,) if args.quick else TRANSFER_MB
+        report["transfers"], wrong = run_transfers(args.device, sizes_mb, args.repeats, args.quick)
         mismatches += wrong
     report["mismatches"] = mismatches
     os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"gpu_tier_{args.device}" + ("" if args.batch == 32 or args.quick else f"_batch{args.batch}"))
+    suffix = "" if args.batch == 32 or args.quick else f"_batch{args.batch}"
+    base = os.path.join(args.out, f"gpu_tier_{args.device}{suffix}")
     with open(base + ".json", "w") as f:
         json.dump(report, f, indent=2)
     text = markdown(report, "benchmarks/gpu_tier.py " + " ".join(argv if argv is not None else sys.argv[1:]))

@@ -40,6 +40,10 @@ import time
 
 import numpy as np
 
+import memphis
+import memphis.gpu
+import memphis.local
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from rigor import balanced_order, median_interval, provenance, provenance_line, ratio_interval, ratio_text  # noqa: E402
@@ -82,9 +86,6 @@ class Backend:
     """Where the arrays live: numpy, or a device (cupy, simulated) with memphis' GPU tier on it."""
 
     def __init__(self, kind: str):
-        import memphis.gpu
-        import memphis.local
-
         self.kind = kind
         memphis.local.configure(disk_max_bytes=0, min_cost_s=0.0)
         self.device = self.tier = self.pool = None
@@ -106,15 +107,16 @@ class Backend:
     def allocate_for(self, mode: str):
         """Plain device arrays allocate through the default pool, traced ones through memphis'."""
         if self.device is not None:
-            self.pool.install() if mode == "plain" else self.device.use_allocator(self.tier.allocator)
+            if mode == "plain":
+                self.pool.install()
+            else:
+                self.device.use_allocator(self.tier.allocator)
 
     def synchronize(self):
         if self.device is not None:
             self.device.synchronize()
 
     def close(self):
-        import memphis.gpu
-
         if self.device is not None:
             memphis.gpu.configure(device="none")
             self.pool.close()
@@ -129,12 +131,10 @@ def run_batch(function, inputs, backend) -> tuple:
 
 def measure(operation: str, size: int, backend, repeats: int, seed: int, quick: bool = False) -> dict:
     """Seconds per call of each mode, over ``repeats`` balanced batches; raises on a wrong answer."""
-    import memphis
-    import memphis.local
-
     function, arity, _ = OPERATIONS[operation]
     rng = np.random.default_rng(seed)
-    hosts = [[rng.standard_normal(shape_of(operation, size)) for _ in range(arity)] for _ in range(calls_per_batch(size))]
+    shape = shape_of(operation, size)
+    hosts = [[rng.standard_normal(shape) for _ in range(arity)] for _ in range(calls_per_batch(size))]
     plain = [[backend.plain(h) for h in args] for args in hosts]
     traced = [[memphis.array(p) for p in args] for args in plain]
     for args in traced:
@@ -167,8 +167,6 @@ def measure(operation: str, size: int, backend, repeats: int, seed: int, quick: 
 
 def child(args) -> dict:
     """Every operation at every size in this process's thread setting: seconds per call per mode."""
-    import memphis.local
-
     backend = Backend(args.device)
     sizes = QUICK_SIZES if args.quick else SIZES
     rows = []
@@ -177,11 +175,12 @@ def child(args) -> dict:
             for number, operation in enumerate(OPERATIONS):
                 if size < OPERATIONS[operation][2]:
                     continue
-                seconds = measure(operation, size, backend, batches_per_mode(size), seed=size + number, quick=args.quick)
+                seconds = measure(operation, size, backend, batches_per_mode(size), seed=size + number,
+                                  quick=args.quick)
                 rows.append({"operation": operation, "size": size, "calls_per_batch": calls_per_batch(size),
                              "seconds_per_call": seconds})
-                print(f"  {operation:7} {size:>9}: " + ", ".join(
-                    f"{m} {statistics.median(s) * 1e6:.3g} µs" for m, s in seconds.items()), file=sys.stderr, flush=True)
+                medians = ", ".join(f"{m} {statistics.median(s) * 1e6:.3g} µs" for m, s in seconds.items())
+                print(f"  {operation:7} {size:>9}: {medians}", file=sys.stderr, flush=True)
         caching_threshold_us = memphis.local.tier().overhead_s * 1e6
     finally:
         backend.close()
@@ -195,10 +194,14 @@ def run_setting(setting: str, args) -> dict:
     """The child's measurements in ``setting``; under ``busy`` a CPU burner per core runs meanwhile."""
     cores = os.cpu_count() or 1
     threads = 1 if setting == "single" else cores
-    env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads))}
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores if setting == "busy" else 0)]
+    # The child imports what this process can (memphis from a checkout or an install alike).
+    env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads)),
+           "PYTHONPATH": os.pathsep.join(filter(None, sys.path))}
+    command = [sys.executable, os.path.abspath(__file__), "--child", "--device", args.device]
+    command += ["--quick"] if args.quick else []
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+               for _ in range(cores if setting == "busy" else 0)]
     try:
-        command = [sys.executable, os.path.abspath(__file__), "--child", "--device", args.device] + (["--quick"] if args.quick else [])
         done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)
     finally:
         for burner in burners:
@@ -254,13 +257,14 @@ def markdown(report: dict) -> str:
                   f"CPU-burning process(es) beside it", "",
                   f"By default memphis keeps a result only when it took at least its measured probe+store time: "
                   f"{result['default_caching_threshold_us']} µs here (this run keeps every result).", "",
-                  "| operation | size | plain µs | miss µs | hit µs | miss − plain µs | miss / plain | hit / plain |",
+                  "| operation | size | plain µs | miss µs | hit µs | miss − plain µs | miss / plain "
+                  "| hit / plain |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in result["rows"]:
             s = r["summary"]
-            lines.append(f"| {r['operation']} | {r['size']:.0e} | {interval_text(s['plain'])} | {interval_text(s['miss'])} | "
-                         f"{interval_text(s['hit'])} | {s['miss_overhead_us']:.3g} | {ratio_text(s['miss_ratio'])} | "
-                         f"{ratio_text(s['hit_ratio'])} |")
+            lines.append(f"| {r['operation']} | {r['size']:.0e} | {interval_text(s['plain'])} | "
+                         f"{interval_text(s['miss'])} | {interval_text(s['hit'])} | {s['miss_overhead_us']:.3g} | "
+                         f"{ratio_text(s['miss_ratio'])} | {ratio_text(s['hit_ratio'])} |")
         lines += ["", "| operation | a hit is cheaper than plain from | a miss costs over "
                   f"{MISS_FLAG:g}× the operation at |", "|---|---|---|"]
         for operation, b in result["break_even"].items():
