@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
-# The one check to run on a lent GPU machine (bounded to about 6 minutes): the GPU tests on cupy and
-# the GPU tier benchmark on cupy. That machine reaches no package index: it uses its own python3,
-# which has cupy, numpy, pyarrow, pytest, tqdm and xxhash (/work/.library/device/KINDS.md). It has no
-# Java, so the Spark-fed GPU test (tests/test_gpu_exchange.py) runs in CI on the simulated device only.
-# The driver tiers read their conf defaults from the jar (memphis.jar_facts): carry python/memphis/jars.
-# Results: benchmarks/results/gpu_tier_cupy{,_batch1024}.{json,md} and, when $OUT is set, copies under $OUT.
+# The one check to run on a lent GPU machine, about 5 minutes (each step capped; all caps add up to
+# 8 minutes): the GPU tier benchmark on cupy (its batches of 32, with the Arrow transfers; then
+# batches of 1024), the per-operation tracing overhead on cupy, and the GPU tests on cupy.
+# That machine reaches no package index: it uses its own python3, which has cupy, numpy, pyarrow,
+# pytest, tqdm and xxhash (/work/.library/device/KINDS.md), and no Java, pyspark or cudf: memphis
+# imports without pyspark (checked below), and the Spark-fed GPU test (tests/test_gpu_exchange.py)
+# runs in CI on the simulated device only. The driver tiers read their conf defaults from the jar
+# (memphis.jar_facts), which git ignores: carry python/memphis/jars.
+# Results, under $OUT (default /tmp/gpu_device_check): gpu_tier_cupy{,_batch1024}.{json,md},
+# tracing_overhead_cupy.{json,md}, and each step's log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
+OUT=${OUT:-/tmp/gpu_device_check}
+mkdir -p "$OUT"
 export PYTHONPATH=python PYTHONUNBUFFERED=1
+status=0
+step() {  # step SECONDS NAME COMMAND...: runs it under a cap, its log in $OUT/NAME.log; a failure fails the check
+    local seconds=$1 name=$2
+    shift 2
+    echo "== $name (at most ${seconds} s)"
+    timeout "$seconds" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    tail -25 "$OUT/$name.log"
+    [ "$rc" -eq 0 ] || { echo "== $name failed: exit $rc"; status=1; }
+}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-"$PY" -c 'import cupy, numpy, pyarrow; print("cupy", cupy.__version__, "numpy", numpy.__version__, "pyarrow", pyarrow.__version__)'
-timeout 180 "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_gpu_tier.py 2>&1 | tee "${OUT:-/tmp}/gpu_pytest.txt"
-timeout 150 "$PY" benchmarks/gpu_tier.py --device cupy 2>&1 | tail -30
-timeout 120 "$PY" benchmarks/gpu_tier.py --device cupy --batch 1024 2>&1 | tail -20
-if [ -n "${OUT:-}" ]; then cp benchmarks/results/gpu_tier_cupy* "$OUT/"; fi
+"$PY" -c 'import sys, cupy, numpy, pyarrow, memphis.gpu
+print("cupy", cupy.__version__, "numpy", numpy.__version__, "pyarrow", pyarrow.__version__, "usable", memphis.gpu.usable())
+print("memphis imported; pyspark loaded:", "pyspark" in sys.modules)' || status=1
+step 180 gpu_tier "$PY" benchmarks/gpu_tier.py --device cupy --out "$OUT"
+step 120 tracing_overhead "$PY" benchmarks/tracing_overhead.py --device cupy --threads single --out "$OUT"
+step 60 gpu_pytest "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_gpu_tier.py
+step 120 gpu_tier_batch1024 "$PY" benchmarks/gpu_tier.py --device cupy --batch 1024 --no-transfers --out "$OUT"
+exit $status
