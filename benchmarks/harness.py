@@ -134,7 +134,8 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None, r
                  confs: Optional[dict] = None, progress: bool = True) -> dict:
     """Runs ``workload`` in ``modes`` (default: ``workload.modes()``) in the order
     :func:`rigor.balanced_order` gives, each run starting with Spark's and memphis' caches empty;
-    ``confs`` are set for the memphis runs only (``--pressure``'s storage cap).
+    ``confs`` are further session settings for these runs, unset after (``--pressure``'s storage
+    cap, which only memphis reads).
 
     The order's first run is an untimed warm-up (JIT warm-up of the code each mode runs); then every
     mode runs at least ``repeats`` times. ``repeats=1`` is the quick mode: every mode once, no
@@ -143,8 +144,8 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None, r
 
     Returns ``{"workload", "description", "scale", "repeats", "order", "modes": {mode: {"seconds",
     "median_s", "interval_s", "counters"}}, "ratios": {"memphis/expert": [ratio, low, high], …},
-    "provenance"}``; ``interval_s`` is the median's 95 % interval, ``counters`` are the mode's last
-    run's, with ``bytes_evicted`` (what memphis held in the entries it evicted).
+    "provenance"}``; ``interval_s`` is the median's 95 % interval, ``counters`` the memphis
+    counters of the mode's last run.
 
     Examples
     --------
@@ -168,9 +169,7 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None, r
         start = time.perf_counter()
         answer = workload.variant(mode)(spark, inputs)
         seconds = time.perf_counter() - start
-        counters = difference(before, stats(spark))
-        counters["bytes_evicted"] = bytes_evicted(spark)
-        return seconds, answer, counters
+        return seconds, answer, difference(before, stats(spark))
 
     runs = {mode: [] for mode in modes}
     expected = None
@@ -202,11 +201,6 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None, r
                 report["modes"][numerator]["seconds"], report["modes"][denominator]["seconds"]))
     report["provenance"] = provenance()
     return report
-
-
-def bytes_evicted(spark) -> int:
-    """Bytes of the entries memphis holds evicted now (their size when they were let go)."""
-    return spark.sql("SELECT coalesce(sum(size_bytes), 0) FROM memphis_cache() WHERE state = 'evicted'").first()[0]
 
 
 def markdown_table(reports) -> str:

@@ -19,8 +19,8 @@ commit, date and machine) and results.png (speedup over plain Spark per workload
 
 --pressure: for each workload, an untimed memphis run measures what memphis holds in Spark storage
 unconstrained (its working set); the timed runs then cap ``spark.memphis.storage.maxBytes`` at a
-third of it, so that memphis evicts. Writes pressure.json and pressure.md (evictions, bytes
-evicted and held, memphis's time against plain and expert) instead of results.*; a workload where
+third of it, so that memphis evicts. Writes pressure.json and pressure.md (evictions, bytes held
+against the cap, memphis's time against plain and expert) instead of results.*; a workload where
 memphis holds nothing is left out and said so.
 """
 import argparse
@@ -127,9 +127,11 @@ def under_pressure(spark, workload, scale, repeats) -> dict:
 
 
 def pressure_table(reports) -> str:
-    """Per workload under --pressure: the cap, memphis's evictions and what it evicted and held (its
-    last run), its median time, and its time against plain and expert."""
-    header = ["workload", "scale", "held unconstrained", "cap", "evicted", "bytes evicted", "bytes held",
+    """Per workload under --pressure: the cap, memphis's evictions and the bytes it held in Spark
+    storage at the end (its last run; memphis counts no bytes evicted: an entry's size is read from
+    Spark's block status, which is empty once it is unpersisted), its median time, and its time
+    against plain and expert."""
+    header = ["workload", "scale", "bytes held unconstrained", "cap", "evicted", "bytes held",
               "memphis s", "memphis / plain", "memphis / expert"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in reports:
@@ -138,8 +140,8 @@ def pressure_table(reports) -> str:
             cells += ["memphis held nothing: no pressure to apply"] + [""] * (len(header) - 4)
         else:
             held = r["modes"]["memphis"]["counters"]
-            cells += [f"{r['cap_bytes']:,}", str(held["evicted"]), f"{held['bytes_evicted']:,}",
-                      f"{held['bytes_held_storage']:,}", seconds_text(r["modes"]["memphis"]["seconds"])]
+            cells += [f"{r['cap_bytes']:,}", str(held["evicted"]), f"{held['bytes_held_storage']:,}",
+                      seconds_text(r["modes"]["memphis"]["seconds"])]
             cells += [ratio_text(r["ratios"][k]) if k in r["ratios"] else "" for k in ("memphis/plain", "memphis/expert")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

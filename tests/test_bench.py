@@ -29,7 +29,7 @@ def test_every_mode_runs_and_reports(spark):
         low, high = run["interval_s"]
         assert low <= run["median_s"] <= high
         assert run["counters"]["storage_budget_bytes"] > 0
-        assert run["counters"]["hits"] == 0 and run["counters"]["bytes_evicted"] == 0
+        assert run["counters"]["hits"] == 0
     ratio, low, high = report["ratios"]["memphis/plain"]
     assert low <= ratio <= high and "memphis/expert" not in report["ratios"]
     assert set(report["provenance"]) == {"commit", "date", "machine"}
