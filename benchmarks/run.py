@@ -3,9 +3,9 @@ session: plain Spark, memphis, naive (``cache()`` on everything used twice) and 
 competent user writes by hand). Every Spark mode has the session tuning memphis gives its own
 persists (harness.SESSION_TUNING).
 
-    python benchmarks/run.py                          # every workload, scale 1, 10 repeats (~12 min)
-    python benchmarks/run.py --quick --out /tmp/q     # every mode once at scale 0.05 (CI, ~1 min)
-    python benchmarks/run.py --scale 0.1,1,10         # the scale sweep: how time grows with the data
+    python benchmarks/run.py                          # every workload, scale 1, 10 repeats (~35 min)
+    python benchmarks/run.py --quick --out /tmp/q     # every mode once at scale 0.05 (CI, 1-2 min)
+    python benchmarks/run.py --scale 0.1,1,10 --repeats 3   # the scale sweep: how time grows with the data
     python benchmarks/run.py --pressure               # memphis's storage capped below its working set
     python benchmarks/run.py --conf spark.sql.shuffle.partitions=4   # a further session setting
 

@@ -115,6 +115,32 @@ def test_every_spark_mode_has_the_session_tuning():
                                                                               "tpch_exploration.py")).read()
 
 
+def test_further_confs_hold_for_the_runs_and_are_unset_after(spark):
+    seen = []
+
+    def run(spark, _):
+        seen.append(spark.conf.get("spark.memphis.storage.maxBytes"))
+        return 0
+
+    workload = Workload("capped", "reads the cap", lambda spark, scale: None, run)
+    run_workload(spark, workload, repeats=1, confs={"spark.memphis.storage.maxBytes": "1234"}, progress=False)
+    assert seen == ["1234", "1234"] and spark.conf.get("spark.memphis.storage.maxBytes") == "0"
+
+
+@pytest.mark.slow
+def test_pressure_makes_memphis_evict_and_answers_agree(tmp_path):
+    """run.py --pressure caps memphis's storage below what it holds unconstrained: it evicts, and
+    every mode still answers alike (else run.py exits 1)."""
+    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "run.py"), "--quick", "--pressure",
+                             "--workload", "exploration", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [report] = json.loads((tmp_path / "pressure.json").read_text())
+    assert 0 < report["cap_bytes"] < report["unconstrained_bytes"]
+    assert report["modes"]["memphis"]["counters"]["evicted"] > 0
+    assert "| exploration |" in (tmp_path / "pressure.md").read_text()
+
+
 @pytest.mark.slow
 def test_quick_benchmark_runs_every_mode_and_answers_agree(tmp_path):
     """`make bench-quick` as CI runs it: every workload in each of its modes once, in a process of
