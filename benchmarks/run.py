@@ -3,7 +3,7 @@ session: plain Spark, memphis, naive (``cache()`` on everything used twice) and 
 competent user writes by hand). Every Spark mode has the session tuning memphis gives its own
 persists (harness.SESSION_TUNING).
 
-    python benchmarks/run.py                          # every workload, scale 1, 10 repeats (~35 min)
+    python benchmarks/run.py                          # every workload, scale 1, 10 repeats (~30 min)
     python benchmarks/run.py --quick --out /tmp/q     # every mode once at scale 0.05 (CI, 1-2 min)
     python benchmarks/run.py --scale 0.1,1,10 --repeats 3   # the scale sweep: how time grows with the data
     python benchmarks/run.py --pressure               # memphis's storage capped below its working set
@@ -16,6 +16,10 @@ fails (exit status 1). Writes to --out: <workload>.json per workload (per worklo
 intervals, ratios, counters, provenance), results.md (the table: medians with intervals,
 memphis / expert, memphis / plain, expert / plain; with several scales the scaling table too; the
 commit, date and machine) and results.png (speedup over plain Spark per workload and mode).
+
+Scale 10 fits the default session (1 GB driver) of a 24 GB machine: the largest table is 6 M line
+items (54 MB of Parquet for the TPC-H-like tables); what the naive mode caches beyond Spark's
+storage memory spills to disk. Runs there take over a minute, so the sweep runs 3 repeats.
 
 --pressure: for each workload, an untimed memphis run measures what memphis holds in Spark storage
 unconstrained (its working set); the timed runs then cap ``spark.memphis.storage.maxBytes`` at a
