@@ -146,7 +146,8 @@ def pressure_table(reports) -> str:
             held = r["modes"]["memphis"]["counters"]
             cells += [f"{r['cap_bytes']:,}", str(held["evicted"]), f"{held['bytes_held_storage']:,}",
                       seconds_text(r["modes"]["memphis"]["seconds"])]
-            cells += [ratio_text(r["ratios"][k]) if k in r["ratios"] else "" for k in ("memphis/plain", "memphis/expert")]
+            cells += [ratio_text(r["ratios"][k]) if k in r["ratios"] else ""
+                      for k in ("memphis/plain", "memphis/expert")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
