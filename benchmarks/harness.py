@@ -5,15 +5,18 @@ package memphis users install).
 A mode is a set of session confs and the variant of the workload it runs: ``plain`` is plain Spark
 (memphis off), ``memphis`` is memphis on, ``naive`` is plain Spark with ``cache()`` on every
 DataFrame the workload uses more than once (Spark's own cache used naively), and ``expert`` is
-plain Spark running the workload's hand-tuned variant (``cache()``/``unpersist()`` placed by hand);
-the last two where the workload has such a variant. Every mode must return the same answer as the first one, or the run
-fails: a speedup with a different answer is not a result.
+plain Spark running the best a competent user writes by hand (``cache()``/``unpersist()`` or a
+lineage cut placed where they pay); the last two where the workload has such a variant. Every
+Spark mode runs with :data:`SESSION_TUNING`, the tuning memphis gives its own persists.
+
+The runs follow :func:`rigor.balanced_order` (each mode preceded by each other mode equally often;
+the first run is an untimed warm-up) and every run's answer, the warm-up's too, must equal the
+first one's, or the run fails with :class:`AnswerMismatch`: a speedup with a different answer is
+not a result.
 """
 import datetime
 import os
 import platform
-import random
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -21,9 +24,18 @@ from typing import Any, Callable, Optional
 
 from tqdm import tqdm
 
+import memphis
 from memphis import __version__
 from memphis.demo import pyplot
 from memphis.session import clear, difference, stats
+from rigor import (DEFAULT_REPEATS, balanced_order, median_interval, provenance, ratio_interval, ratio_text,
+                   seconds_text)
+
+# The tuning memphis gives its own persists (adaptive execution may coalesce a cached plan's
+# partitions), set for the whole session so that every Spark baseline has it too: without it a
+# hand-placed cache() keeps spark.sql.shuffle.partitions (200) partitions, and each read of it runs
+# 200 tasks where plain Spark's adaptive execution runs a few.
+SESSION_TUNING = {"spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true"}
 
 MODES = {
     "plain": {"spark.memphis.enabled": "false"},
@@ -32,9 +44,13 @@ MODES = {
     "expert": {"spark.memphis.enabled": "false"},
 }
 
+# The ratios of median times each report gives, (numerator, denominator): memphis against the best
+# hand-written version is the headline.
+RATIOS = (("memphis", "expert"), ("memphis", "plain"), ("expert", "plain"))
+
 
 class AnswerMismatch(AssertionError):
-    """A mode answered differently from the first run's mode."""
+    """A run answered differently from the first run."""
 
 
 @dataclass
@@ -42,7 +58,7 @@ class Workload:
     """``prepare(spark, scale)`` builds the inputs (not timed); ``run(spark, inputs)`` is the timed
     work and returns an answer comparable with ``==`` (sorted rows, exact numbers); ``naive``, if
     given, is the same work with ``cache()`` on every DataFrame it uses more than once, and
-    ``expert`` the same work with ``cache()``/``unpersist()`` placed by hand."""
+    ``expert`` the same work as a competent user tunes it by hand."""
 
     name: str
     description: str
@@ -57,6 +73,15 @@ class Workload:
     def variant(self, mode):
         """What ``mode`` runs: the naive or expert variant for those modes, else ``run``."""
         return getattr(self, mode) if mode in ("naive", "expert") else self.run
+
+
+def session(master: str, confs: dict):
+    """The benchmarks' Spark session: memphis loaded, :data:`SESSION_TUNING`, Spark's console
+    progress off (run_workload's progress bar replaces it), then ``confs`` (which win)."""
+    spark = memphis.session(master, app_name="memphis-bench",
+                            **{"spark.ui.showConsoleProgress": "false", **SESSION_TUNING, **confs})
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def add_conf_option(parser) -> None:
@@ -105,20 +130,22 @@ def settle(spark, seconds: float = 1.0) -> None:
     time.sleep(seconds)
 
 
-def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
-                 repeats: int = 3, warmup: bool = True, progress: bool = True) -> dict:
-    """Runs ``workload`` ``repeats`` times per mode (default: ``workload.modes()``), each run
-    starting with Spark's and memphis' caches empty.
+def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None, repeats: int = DEFAULT_REPEATS,
+                 confs: Optional[dict] = None, progress: bool = True) -> dict:
+    """Runs ``workload`` in ``modes`` (default: ``workload.modes()``) in the order
+    :func:`rigor.balanced_order` gives, each run starting with Spark's and memphis' caches empty;
+    ``confs`` are further session settings for these runs, unset after (``--pressure``'s storage
+    cap, which only memphis reads).
 
-    The modes take turns within each repeat, after one untimed warm-up run of every mode (JIT
-    warm-up of the code each mode runs: Spark's scans of cached relations, memphis's own rules).
-    Each repeat runs them in its own shuffled order (seeded, so reproducible): a run's time depends
-    on the run before it (Spark's generated-code cache, files left to clean), by up to a third on
-    a 2-core machine, and a fixed order would hand one mode the best predecessor every time.
+    The order's first run is an untimed warm-up (JIT warm-up of the code each mode runs); then every
+    mode runs at least ``repeats`` times. ``repeats=1`` is the quick mode: every mode once, no
+    warm-up (its timings mean nothing). Every run's answer, the warm-up's too, is compared with the
+    first run's: :class:`AnswerMismatch` if it differs.
 
-    Returns ``{"workload", "description", "scale", "repeats", "modes": {mode: {"seconds",
-    "median_s", "min_s", "max_s", "counters"}}}``; ``counters`` are those of the mode's last run.
-    Raises :class:`AnswerMismatch` when a mode's answer differs from the first run's.
+    Returns ``{"workload", "description", "scale", "repeats", "order", "modes": {mode: {"seconds",
+    "median_s", "interval_s", "counters"}}, "ratios": {"memphis/expert": [ratio, low, high], …},
+    "provenance"}``; ``interval_s`` is the median's 95 % interval, ``counters`` the memphis
+    counters of the mode's last run.
 
     Examples
     --------
@@ -129,6 +156,8 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
     """
     modes = tuple(modes or workload.modes())
     inputs = workload.prepare(spark, scale)
+    order = list(modes) if repeats == 1 else balanced_order(modes, repeats)
+    warmups = 0 if repeats == 1 else 1
 
     def timed_run(mode):
         for key, value in MODES[mode].items():
@@ -137,57 +166,85 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None,
         clear(spark)
         settle(spark)
         before = stats(spark)
-        work = workload.variant(mode)
         start = time.perf_counter()
-        answer = work(spark, inputs)
-        return time.perf_counter() - start, answer, difference(before, stats(spark))
+        answer = workload.variant(mode)(spark, inputs)
+        seconds = time.perf_counter() - start
+        return seconds, answer, difference(before, stats(spark))
 
     runs = {mode: [] for mode in modes}
-    expected = first = None
-    warmups = list(modes) if warmup else []
-    with tqdm(total=len(modes) * repeats + len(warmups), desc=workload.name, unit="run", disable=not progress,
-              file=sys.stderr) as bar:
-        order = random.Random(0)
-        schedule = warmups + [m for _ in range(repeats) for m in order.sample(modes, len(modes))]
-        for i, mode in enumerate(schedule):
+    expected = None
+    for key, value in (confs or {}).items():
+        spark.conf.set(key, value)
+    try:
+        for i, mode in enumerate(tqdm(order, desc=workload.name, unit="run", disable=not progress, file=sys.stderr)):
             seconds, answer, counters = timed_run(mode)
-            if first is None:
-                expected, first = answer, mode
+            if i == 0:
+                expected = answer
             elif answer != expected:
-                raise AnswerMismatch(f"{workload.name}: mode {mode} answered differently from mode {first}")
-            if i >= len(warmups):
+                raise AnswerMismatch(f"{workload.name}: mode {mode} (run {i + 1}) answered differently from mode "
+                                     f"{order[0]} (run 1)")
+            if i >= warmups:
                 runs[mode].append((seconds, counters))
-            bar.update()
+    finally:
+        for key in confs or {}:
+            spark.conf.unset(key)
     report = {"workload": workload.name, "description": workload.description, "scale": scale,
-              "repeats": repeats, "modes": {}}
+              "repeats": repeats, "order": order, "modes": {}, "ratios": {}}
     for mode, results in runs.items():
         seconds = [s for s, _ in results]
-        report["modes"][mode] = {"seconds": seconds, "median_s": statistics.median(seconds),
-                                 "min_s": min(seconds), "max_s": max(seconds), "counters": results[-1][1]}
+        median, low, high = median_interval(seconds)
+        report["modes"][mode] = {"seconds": seconds, "median_s": median, "interval_s": [low, high],
+                                 "counters": results[-1][1]}
+    for numerator, denominator in RATIOS:
+        if numerator in runs and denominator in runs:
+            report["ratios"][f"{numerator}/{denominator}"] = list(ratio_interval(
+                report["modes"][numerator]["seconds"], report["modes"][denominator]["seconds"]))
+    report["provenance"] = provenance()
     return report
 
 
-def markdown_table(reports, baseline: str = "plain") -> str:
-    """One row per workload: median seconds per mode, speedup over ``baseline``, memphis's time
-    over the expert's (the target is at most 1.15), memphis counters."""
+def markdown_table(reports) -> str:
+    """One row per workload and scale: the median seconds of each mode with their 95 % interval,
+    the ratios of :data:`RATIOS` ("no difference" where the interval holds 1), memphis's counters
+    (its last run's)."""
     modes = list(dict.fromkeys(m for r in reports for m in r["modes"]))
-    others = [m for m in modes if m != baseline]
-    versus_expert = "memphis" in modes and "expert" in modes
-    header = (["workload", "scale"] + [f"{m} s" for m in modes] + [f"speedup {m}" for m in others]
-              + ["memphis / expert"] * versus_expert + ["hits", "persisted", "evicted"])
+    ratios = [f"{n}/{d}" for n, d in RATIOS if any(f"{n}/{d}" in r["ratios"] for r in reports)]
+    counters = ("hits", "persisted", "evicted")
+    header = (["workload", "scale"] + [f"{m} s" for m in modes] + [r.replace("/", " / ") for r in ratios]
+              + list(counters))
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in reports:
-        runs = r["modes"]
-        base = runs.get(baseline, {}).get("median_s")
         cells = [r["workload"], f"{r['scale']:g}"]
-        cells += [f"{runs[m]['median_s']:.2f}" if m in runs else "" for m in modes]
-        cells += [f"{base / runs[m]['median_s']:.2f}x" if base and m in runs else "" for m in others]
-        if versus_expert:
-            both = "memphis" in runs and "expert" in runs
-            cells.append(f"{runs['memphis']['median_s'] / runs['expert']['median_s']:.2f}" if both else "")
-        counters = runs.get("memphis", {}).get("counters", {})
-        cells += [str(counters.get(k, "")) for k in ("hits", "persisted", "evicted")]
+        cells += [seconds_text(r["modes"][m]["seconds"]) if m in r["modes"] else "" for m in modes]
+        cells += [ratio_text(r["ratios"][name]) if name in r["ratios"] else "" for name in ratios]
+        held = r["modes"].get("memphis", {}).get("counters", {})
+        cells += [str(held.get(k, "")) for k in counters]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def scaling_table(reports) -> str:
+    """How each workload's time grows with the data: per workload and mode the median seconds at
+    each scale and the ratio of successive scales' medians (with its interval), then memphis /
+    expert at each scale."""
+    scales = sorted({r["scale"] for r in reports})
+    steps = list(zip(scales, scales[1:]))
+    header = (["workload", "mode"] + [f"{s:g}" for s in scales]
+              + [f"× from {a:g} to {b:g}" for a, b in steps])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name in dict.fromkeys(r["workload"] for r in reports):
+        at = {r["scale"]: r for r in reports if r["workload"] == name}
+        for mode in dict.fromkeys(m for r in at.values() for m in r["modes"]):
+            def seconds(scale):
+                return at[scale]["modes"][mode]["seconds"] if scale in at and mode in at[scale]["modes"] else None
+            cells = [name, mode] + [seconds_text(seconds(s)) if seconds(s) else "" for s in scales]
+            cells += [ratio_text(ratio_interval(seconds(b), seconds(a))) if seconds(a) and seconds(b) else ""
+                      for a, b in steps]
+            lines.append("| " + " | ".join(cells) + " |")
+        headline = [ratio_text(at[s]["ratios"]["memphis/expert"]) if s in at and "memphis/expert" in at[s]["ratios"]
+                    else "" for s in scales]
+        if any(headline):
+            lines.append("| " + " | ".join([name, "memphis / expert"] + headline + [""] * len(steps)) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -215,7 +272,8 @@ def grouped_bars(axes, groups, series: dict, *, ylabel: str, log: bool = False, 
 def plot_speedups(reports, path: str, baseline: str = "plain") -> str:
     """Speedup over ``baseline`` (= 1) per workload and mode, as bars on a log scale, in ``path``."""
     plt = pyplot()
-    names = [r["workload"] for r in reports]
+    several = len({r["scale"] for r in reports}) > 1
+    names = [r["workload"] + (f" @{r['scale']:g}" if several else "") for r in reports]
     modes = [m for m in dict.fromkeys(m for r in reports for m in r["modes"]) if m != baseline]
 
     def speedup(r, mode):

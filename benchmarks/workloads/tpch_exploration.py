@@ -93,17 +93,14 @@ def answers(spark, queries):
 @contextmanager
 def cached_by_hand(spark, shared):
     """What an expert does: cache() the shared DataFrames (or SQL queries) before the session,
-    unpersist() after."""
-    # An expert also lets adaptive execution coalesce the cached plans' partitions.
-    coalesce = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
-    spark.conf.set(coalesce, "true")
+    unpersist() after. (Adaptive execution may coalesce the cached plans' partitions: the session
+    tuning every benchmark mode has, harness.SESSION_TUNING.)"""
     cached = [(spark.sql(q) if isinstance(q, str) else q).cache() for q in shared]
     try:
         yield
     finally:
         for df in cached:
             df.unpersist()
-        spark.conf.unset(coalesce)
 
 
 def tpch_workload(directory, *, name, description, queries, shared):
