@@ -34,6 +34,11 @@ def run_modes(modes, run_one, *, repeats=DEFAULT_REPEATS, quick=False, desc="run
     return kept
 
 
+def runs_text(quick: bool, runs_per_mode: int) -> str:
+    """How the modes ran, for a results file."""
+    return "every mode once (--quick)" if quick else f"{runs_per_mode} runs per mode in a balanced order"
+
+
 def seconds_summary(samples: list) -> dict:
     """The seconds of a mode's runs with their median and its 95 % interval."""
     seconds = [s["seconds"] for s in samples]

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 import memphis
 from harness import environment, settle
-from mode_runs import TUNING, ratios_to, run_modes, seconds_summary
+from mode_runs import TUNING, ratios_to, run_modes, runs_text, seconds_summary
 from rigor import DEFAULT_REPEATS, provenance, provenance_line
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -143,8 +143,8 @@ def main(argv=None):
               f"{report['ratios'].get(f'{m} / expert', '1')} | {r['jobs']} | {r['persisted']} | {r['hits']} |"
               for m, r in modes.items()]
     lines += ["", f"Answers equal across all runs. local[2], spark.scheduler.mode=FAIR, "
-              f"canChangeCachedPlanOutputPartitioning=true; {report['runs_per_mode']} runs per mode in a balanced "
-              "order, each from empty caches (jobs and counters from the last); plain and expert = memphis off.",
+              f"canChangeCachedPlanOutputPartitioning=true; {runs_text(args.quick, report['runs_per_mode'])}, "
+              "each from empty caches (jobs and counters from the last); plain and expert = memphis off.",
               "", provenance_line(report["provenance"])]
     with open(os.path.join(args.out, "run_all.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
