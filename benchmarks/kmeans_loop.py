@@ -144,7 +144,7 @@ def main(argv=None):
     with open(os.path.join(args.out, "kmeans_loop.json"), "w") as f:
         json.dump(report, f, indent=2)
     lines = [f"# k-means loop: {iterations} iterations, {points} points, 4 centroids (local[2], 1 GB driver, "
-             "a fresh process per run)", "",
+             f"{'all modes in one process' if args.quick else 'a fresh process per run'})", "",
              f"| variant | loop seconds, median [95 % interval] | time / {best or 'best hand-written'}'s | "
              "last optimized plan height | checkpointed | released | speculative |", "|---|---:|---:|---:|---:|---:|---:|"]
     for mode, r in results.items():
