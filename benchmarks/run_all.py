@@ -117,7 +117,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     rows = 20_000 if args.quick else args.rows
     spark = memphis.session("local[2]", app_name="memphis-bench-run-all", **{
-        "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.sql.shuffle.partitions": "8",
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.host": "127.0.0.1", "spark.sql.shuffle.partitions": "8",
         "spark.scheduler.mode": "FAIR", "spark.driver.memory": "2g", **TUNING})
     spark.sparkContext.setLogLevel("ERROR")
     try:
