@@ -115,7 +115,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     rows, dim_rows, queries = (20_000, 2_000, 5) if args.quick else (args.rows, args.dim_rows, args.queries)
     spark = memphis.session("local[2]", app_name="memphis-bench-broadcast-joins", **{
-        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.host": "127.0.0.1", "spark.sql.shuffle.partitions": "8",
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.host": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "8",
         "spark.driver.memory": "2g", "spark.sql.adaptive.enabled": str(not args.no_adaptive).lower(), **TUNING})
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -143,8 +144,10 @@ def main(argv=None):
              "| Spark jobs | broadcast jobs | registered | reused |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {m} | {r['median_s']:.3g} [{r['low_s']:.3g}–{r['high_s']:.3g}] | "
               f"{report['ratios'].get(f'{m} / expert', '1')} | {r['median_query_seconds']:.3f} | {r['jobs']} | "
-              f"{r['broadcast_jobs']} | {r['broadcasts_registered']} | {r['broadcasts_reused']} |" for m, r in modes.items()]
-    lines += ["", f"Answers equal across all runs. local[2], adaptive execution {'on' if report['adaptive'] else 'off'}, "
+              f"{r['broadcast_jobs']} | {r['broadcasts_registered']} | {r['broadcasts_reused']} |"
+              for m, r in modes.items()]
+    lines += ["", "Answers equal across all runs. local[2], "
+              f"adaptive execution {'on' if report['adaptive'] else 'off'}, "
               f"canChangeCachedPlanOutputPartitioning=true; {runs_text(args.quick, report['runs_per_mode'])}, "
               "each from empty caches (jobs and counters from the last); plain and expert = memphis off; expert = the "
               "dimension cached by hand.", "", provenance_line(report["provenance"])]

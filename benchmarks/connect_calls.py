@@ -61,7 +61,8 @@ def main():
         spark.stop()
     origin = provenance()
     kind = "connect" if args.remote else "classic"
-    lines = [f"| call ({'Spark Connect, ' + args.remote if args.remote else 'classic, py4j'}) | median ms | 95 % interval ms |",
+    session = f"Spark Connect, {args.remote}" if args.remote else "classic, py4j"
+    lines = [f"| call ({session}) | median ms | 95 % interval ms |",
              "|---|---|---|"]
     lines += [f"| {name} | {median:.1f} | {low:.1f}–{high:.1f} |" for name, (median, low, high) in timings.items()]
     lines += ["", f"{repeats} calls each; {provenance_line(origin)}"]

@@ -148,10 +148,12 @@ def main(argv=None):
     lines = [f"# k-means loop: {iterations} iterations, {points} points, 4 centroids (local[2], 1 GB driver, "
              f"{'all modes in one process' if args.quick else 'a fresh process per run'})", "",
              f"| variant | loop seconds, median [95 % interval] | time / {best or 'best hand-written'}'s | "
-             "last optimized plan height | checkpointed | released | speculative |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "last optimized plan height | checkpointed | released | speculative |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for mode, r in results.items():
         lines.append(f"| {mode} | {r['median_s']:.3g} [{r['low_s']:.3g}–{r['high_s']:.3g}] | "
-                     f"{report['ratios'].get(f'{mode} / {best}', '1' if mode == best else '')} | {r['optimized_height']} | "
+                     f"{report['ratios'].get(f'{mode} / {best}', '1' if mode == best else '')} | "
+                     f"{r['optimized_height']} | "
                      f"{r['checkpointed']} | {r['checkpoints_released']} | {r['persisted_speculatively']} |")
     lines += ["", f"Per-iteration centroids equal across all runs; {runs_text(args.quick, report['runs_per_mode'])}; "
               "counters from the last run.", "", provenance_line(report["provenance"])]

@@ -121,7 +121,8 @@ def main(argv=None) -> int:
         json.dump({"environment": env, "provenance": origin, "repeats": repeats, "quick": args.quick, "rows": rows,
                    "planning": overhead}, f, indent=2)
     lines = ["| case | key ms | Spark ms | Spark does | key / Spark |", "|---|---|---|---|---|"]
-    lines += [f"| {r['case']} | {ms_text(r['key_ms'])} | {ms_text(r['spark_ms'])} | {r['spark_does']} | {r['ratio']:.2f} |"
+    lines += [f"| {r['case']} | {ms_text(r['key_ms'])} | {ms_text(r['spark_ms'])} | {r['spark_does']} | "
+              f"{r['ratio']:.2f} |"
               for r in rows]
     lines += ["", "| case | planning ms, memphis off | planning ms, memphis on | added ms |", "|---|---|---|---|"]
     lines += [f"| {o['case']} | {ms_text(o['plain_ms'])} | {ms_text(o['memphis_ms'])} | "

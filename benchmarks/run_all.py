@@ -117,13 +117,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     rows = 20_000 if args.quick else args.rows
     spark = memphis.session("local[2]", app_name="memphis-bench-run-all", **{
-        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.host": "127.0.0.1", "spark.sql.shuffle.partitions": "8",
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.host": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "8",
         "spark.scheduler.mode": "FAIR", "spark.driver.memory": "2g", **TUNING})
     spark.sparkContext.setLogLevel("ERROR")
     try:
         with tempfile.TemporaryDirectory(prefix="memphis-run-all-") as root:
             write_data(spark, root, rows)
-            samples = run_modes(MODES, lambda mode, i: run(spark, root, mode, f"{mode}-{i}", 0.1 if args.quick else 1.0),
+            pause = 0.1 if args.quick else 1.0
+            samples = run_modes(MODES, lambda mode, i: run(spark, root, mode, f"{mode}-{i}", pause),
                                 repeats=args.repeats, quick=args.quick, desc="run_all benchmark")
         env = environment(spark)
     finally:
