@@ -4,35 +4,45 @@ table functions): the spike that chose the Connect path.
     python benchmarks/connect_calls.py                          # classic, a local[2] session
     python benchmarks/connect_calls.py --remote sc://host:port  # a server from `memphis connect-server`
 
-Prints, per call, the median and the interquartile range of --repeats timed calls (after one
-untimed call) as a Markdown table. Run the two in separate processes: a Connect session switches
-its whole Python process to Connect mode.
+Prints, per call, the median and its 95 % interval (rigor.median_interval) of --repeats timed calls
+(after one untimed call) as a Markdown table, and writes it with the commit, date and machine to
+connect_calls_classic.{json,md} or connect_calls_connect.{json,md} in --out (default
+benchmarks/results). --quick: 3 calls each, no untimed call. Run the two in separate processes: a
+Connect session switches its whole Python process to Connect mode.
 """
 import argparse
-import statistics
+import json
+import os
 import time
 
 from pyspark.sql import functions as F
 
 import memphis
+from rigor import median_interval, provenance, provenance_line
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
-def timed(call, repeats: int) -> tuple:
-    call()  # untimed: the first call of each kind plans and loads classes
-    seconds = []
+def timed(call, repeats: int, warm_up: bool = True) -> tuple:
+    """(median, low, high) milliseconds of ``repeats`` calls."""
+    if warm_up:
+        call()  # untimed: the first call of each kind plans and loads classes
+    milliseconds = []
     for _ in range(repeats):
         start = time.perf_counter()
         call()
-        seconds.append(time.perf_counter() - start)
-    q1, median, q3 = statistics.quantiles(seconds, n=4)
-    return median * 1000, q1 * 1000, q3 * 1000
+        milliseconds.append((time.perf_counter() - start) * 1000)
+    return median_interval(milliseconds)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--remote", help="a Spark Connect server's URL; by default a classic local[2] session")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="3 calls each, no untimed call")
+    parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args()
+    repeats = 3 if args.quick else args.repeats
     if args.remote:
         from pyspark.sql import SparkSession
 
@@ -45,12 +55,25 @@ def main():
              "explain_key": lambda: memphis.explain_key(df),
              "subplans (run_all's keys)": lambda: memphis.jvm_access.of(joined).subplans(joined),
              "collect, held (a host-tier hit)": lambda: memphis.collect(df)}
-    print(f"| call ({'Spark Connect, ' + args.remote if args.remote else 'classic, py4j'}) | median ms | IQR ms |")
-    print("|---|---|---|")
-    for name, call in calls.items():
-        median, q1, q3 = timed(call, args.repeats)
-        print(f"| {name} | {median:.1f} | {q1:.1f}–{q3:.1f} |")
-    spark.stop()
+    try:
+        timings = {name: timed(call, repeats, warm_up=not args.quick) for name, call in calls.items()}
+    finally:
+        spark.stop()
+    origin = provenance()
+    kind = "connect" if args.remote else "classic"
+    session = f"Spark Connect, {args.remote}" if args.remote else "classic, py4j"
+    lines = [f"| call ({session}) | median ms | 95 % interval ms |",
+             "|---|---|---|"]
+    lines += [f"| {name} | {median:.1f} | {low:.1f}–{high:.1f} |" for name, (median, low, high) in timings.items()]
+    lines += ["", f"{repeats} calls each; {provenance_line(origin)}"]
+    print("\n".join(lines))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"connect_calls_{kind}.json"), "w") as f:
+        json.dump({"session": kind, "remote": args.remote, "repeats": repeats, "quick": args.quick,
+                   "milliseconds": {n: dict(zip(("median", "low", "high"), t)) for n, t in timings.items()},
+                   "provenance": origin}, f, indent=2)
+    with open(os.path.join(args.out, f"connect_calls_{kind}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

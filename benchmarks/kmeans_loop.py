@@ -1,103 +1,164 @@
 """Iterative k-means-like loop, each variant in a fresh process with a 1 GB driver: plain Spark,
-hand-placed localCheckpoint (eager or lazy), memphis.
+the lineage cut by hand three ways, memphis.
 
-    PYTHONPATH=python .venv/bin/python benchmarks/kmeans_loop.py [--iterations N] [--points N] [--modes M,...] [--out DIR]
+    PYTHONPATH=python .venv/bin/python benchmarks/kmeans_loop.py [--iterations N] [--points N] [--modes M,...]
+        [--repeats N] [--quick] [--out DIR]
 
-The same loop (benchmarks/workloads/kmeans.py) is the ``kmeans`` workload of benchmarks/run.py,
-which times plain, memphis and the hand-tuned loop side by side in one session. This script
-measures what that one does not: each variant in its own fresh local[2] session with a 1 GB
-driver, the height of the last query's optimized plan, whether eager materialization of the
-hand-placed checkpoints pays (hand: `localCheckpoint()`, its own job, every 10 iterations;
-hand-lazy: `localCheckpoint(eager=False)`, filled by the next job that reads it), and what
-speculation saves (memphis-nospec: memphis with spark.memphis.loop.speculative=false, each
-iteration's result checkpointed by the next query rather than by the one that computes it). By
-default it runs hand and hand-lazy (20 iterations, 1 000 points); --modes picks any of
-plain,hand,hand-lazy,memphis,memphis-nospec. Reports wall time, plan height and the memphis
-counters; writes kmeans_loop.json and kmeans_loop.md.
+The loop is benchmarks/workloads/kmeans.py's ``step``, carried --iterations times (default 20) over
+--points points (default 1 000) on a grid of 1/1024 (so that every mode's centroids are equal to the
+last bit), every iteration's centroids collected (the convergence check). It is the ``kmeans``
+workload of benchmarks/run.py, which times plain, memphis and the hand-tuned loop side by side in
+one session; this script measures each variant in its own fresh local[2] session with a 1 GB driver
+(with spark.sql.optimizer.canChangeCachedPlanOutputPartitioning=true, the tuning memphis gives
+itself), the height of the last query's optimized plan, and the memphis counters. Modes:
+
+- plain: the loop as written, memphis off; its lineage grows by a join and two aggregates an iteration;
+- hand: ``localCheckpoint()`` (eager: its own job) every 10 iterations, as workloads/kmeans.py's expert;
+- hand-lazy: ``localCheckpoint(eager=False)`` every 10 iterations, filled by the next job that reads
+  it (hand-lazy / hand: does eager materialization pay?);
+- expert-rebuild: the centroids DataFrame rebuilt every iteration from the rows the loop collects
+  anyway (``spark.createDataFrame(rows, schema)``): the lineage cut for free, no extra job;
+- expert-checkpoint: ``localCheckpoint()`` every iteration;
+- memphis: the loop as written, memphis on (it checkpoints the carried DataFrame speculatively);
+- memphis-nospec: memphis with spark.memphis.loop.speculative=false (each iteration's result
+  checkpointed by the next query rather than by the one that computes it: what speculation saves).
+
+By default expert-rebuild, plain, expert-checkpoint and memphis; --modes picks any (the questions
+of hand-lazy / hand and memphis-nospec / memphis: --modes hand,hand-lazy,memphis,memphis-nospec).
+Every run's per-iteration centroids must equal the first run's, or the script fails. A process
+costs about 10 s to start, and plain's loop up to a minute, so the default is 3 runs per mode
+(--repeats; rigor.balanced_order: 12 runs after a warm-up run of expert-rebuild, a cheap mode;
+about 7 minutes on 2 cores) rather than rigor's 10, which would take about 25 minutes. Reports the
+medians of the loop's seconds with 95 % intervals (with under 6 runs the interval is their whole
+range) and every mode's time over the fastest hand-written variant's; writes kmeans_loop.json and
+kmeans_loop.md to --out.
+--quick: 200 points, 4 iterations, every mode once, all in one process (hand and hand-lazy
+checkpointing every 2nd iteration): a check of the answers, not a timing.
 """
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 
-from tqdm import tqdm
+from mode_runs import TUNING, ratios_to, run_modes, runs_text, seconds_summary
+from rigor import provenance, provenance_line
+from workloads.kmeans import CHECKPOINT_EVERY
 
-# (a, b): report a's time over b's when both ran; hand-lazy / hand is the eager-materialization question.
-RATIOS = (("memphis", "hand"), ("plain", "memphis"), ("hand-lazy", "hand"), ("memphis-nospec", "memphis"))
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+ALL_MODES = ("expert-rebuild", "plain", "hand", "hand-lazy", "expert-checkpoint", "memphis", "memphis-nospec")
+DEFAULT_MODES = "expert-rebuild,plain,expert-checkpoint,memphis"  # a cheap one first: it is the warm-up
+HAND_WRITTEN = ("hand", "hand-lazy", "expert-rebuild", "expert-checkpoint")
+REPEATS = 3  # a run is a process: see the docstring
 
 APP = """
 import json, sys, time
 import memphis
+from pyspark.sql import functions as F
 
-mode, iterations, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-sys.path.insert(0, sys.argv[4])
-from workloads.kmeans import height, iterate, points_and_centroids
+modes, iterations, n, every = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+sys.path.insert(0, sys.argv[5])
+from workloads.kmeans import height, points_and_centroids, step
 
 spark = memphis.session("local[2]", app_name="kmeans-loop", **{"spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1", "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g",
-    "spark.memphis.enabled": str(mode.startswith("memphis")).lower(),
-    "spark.memphis.loop.speculative": str(mode != "memphis-nospec").lower()})
+    **json.loads(sys.argv[6])})
 spark.sparkContext.setLogLevel("ERROR")
-points, centroids = points_and_centroids(spark, n)
-start = time.time()
-cut = (lambda df: df.localCheckpoint(eager=mode == "hand")) if mode.startswith("hand") else None
-centroids, history = iterate(points, centroids, iterations, cut=cut, done=lambda i: print("ITER", i, flush=True))
-rows = history[-1]
-seconds = time.time() - start
-stats = memphis.stats(spark)
-print(json.dumps({"seconds": round(seconds, 2), "optimized_height": height(centroids._jdf.queryExecution().optimizedPlan()),
-    "centroids": [list(r) for r in rows], "checkpointed": stats["checkpointed"],
-    "checkpoints_released": stats["checkpoints_released"], "speculative": stats["persisted_speculatively"]}))
+points, first_centroids = points_and_centroids(spark, n)
+# On a grid of 1/1024 the sums of coordinates are exact in any order: every mode's centroids are
+# equal to the last bit (an average of doubles is not, across partitionings).
+points = points.select("pid", *[(F.round(F.col(c) * 1024) / 1024).alias(c) for c in ("x", "y")])
+
+
+def cut(mode, i, df):
+    if mode == "expert-checkpoint":
+        return df.localCheckpoint()
+    if mode.startswith("hand") and (i + 1) % every == 0:
+        return df.localCheckpoint(eager=mode == "hand")
+    return df
+
+
+for mode in modes:
+    spark.conf.set("spark.memphis.enabled", str(mode.startswith("memphis")).lower())
+    spark.conf.set("spark.memphis.loop.speculative", str(mode != "memphis-nospec").lower())
+    spark.catalog.clearCache()
+    memphis.clear(spark)
+    before = memphis.stats(spark)
+    start = time.perf_counter()
+    centroids, history = first_centroids, []
+    for i in range(iterations):
+        centroids = cut(mode, i, step(points, centroids))
+        rows = centroids.orderBy("cid").collect()
+        history.append([list(r) for r in rows])
+        if mode == "expert-rebuild":
+            centroids = spark.createDataFrame(rows, centroids.schema)
+    seconds = time.perf_counter() - start
+    after = memphis.stats(spark)
+    print(json.dumps({"seconds": seconds, "history": history,
+        "optimized_height": height(centroids._jdf.queryExecution().optimizedPlan()),
+        **{k: after[k] - before[k] for k in ("checkpointed", "checkpoints_released", "persisted_speculatively")}}),
+        flush=True)
 """
 
 
-def run(mode, iterations, points, bar):
+def run(modes, iterations, points, every=CHECKPOINT_EVERY):
+    """The loop in one fresh process per call, in each of ``modes`` in turn (each from empty caches):
+    a list of (its per-iteration centroids, its figures)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    proc = subprocess.Popen([sys.executable, "-c", APP, mode, str(iterations), str(points), here],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    last = None
-    for line in proc.stdout:
-        if line.startswith("ITER"):
-            bar.update(1)
-        elif line.strip():
-            last = line
-    assert proc.wait() == 0, f"{mode} failed"
-    return json.loads(last)
+    child = subprocess.run([sys.executable, "-c", APP, ",".join(modes), str(iterations), str(points), str(every), here,
+                            json.dumps(TUNING)], capture_output=True, text=True)
+    if child.returncode != 0:
+        raise RuntimeError(f"kmeans_loop: {','.join(modes)} failed:\n{child.stderr[-3000:]}")
+    lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    return [(figures.pop("history"), figures) for figures in lines]
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--points", type=int, default=1000)
+    parser.add_argument("--modes", default=DEFAULT_MODES, help=f"any of {','.join(ALL_MODES)}")
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--quick", action="store_true", help="200 points, 4 iterations, every mode once in one process")
     parser.add_argument("--out", default=RESULTS)
-    parser.add_argument("--modes", default="hand,hand-lazy")
-    args = parser.parse_args()
-    modes = args.modes.split(",")
-    results = {}
-    with tqdm(total=args.iterations * len(modes), desc="kmeans_loop") as bar:
-        for mode in modes:
-            bar.set_postfix(mode=mode)
-            results[mode] = run(mode, args.iterations, args.points, bar)
-    ratios = {f"{a}_vs_{b}": round(results[a]["seconds"] / results[b]["seconds"], 2)
-              for a, b in RATIOS if a in results and b in results}
-    report = {"iterations": args.iterations, "points": args.points, "centroids": 4, "machine": platform.platform(),
-              "cpus": os.cpu_count(), "results": results, **ratios}
+    args = parser.parse_args(argv)
+    modes = ALL_MODES if args.quick else tuple(args.modes.split(","))
+    if unknown := set(modes) - set(ALL_MODES):
+        parser.error(f"unknown modes {sorted(unknown)}: expected any of {','.join(ALL_MODES)}")
+    if args.quick:  # one process for all modes, hand checkpointing every 2nd of 4 iterations: a check, not a timing
+        iterations, points = 4, 200
+        ran = dict(zip(modes, run(modes, iterations, points, every=2)))
+        samples = run_modes(modes, lambda mode, i: ran[mode], quick=True, desc="kmeans_loop")
+    else:
+        iterations, points = args.iterations, args.points
+        samples = run_modes(modes, lambda mode, i: run([mode], iterations, points)[0], repeats=args.repeats,
+                            desc="kmeans_loop")
+    results = {m: {**seconds_summary(s), **{k: s[-1][k] for k in ("optimized_height", "checkpointed",
+                                                                    "checkpoints_released", "persisted_speculatively")}}
+               for m, s in samples.items()}
+    hand_written = [m for m in HAND_WRITTEN if m in results]
+    best = min(hand_written, key=lambda m: results[m]["median_s"]) if hand_written else None
+    report = {"iterations": iterations, "points": points, "centroids": 4, "quick": args.quick,
+              "runs_per_mode": min(len(s) for s in samples.values()), "answers_equal": True,
+              "best_hand_written": best, "results": results, "ratios": ratios_to(samples, best) if best else {},
+              "provenance": provenance()}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "kmeans_loop.json"), "w") as f:
         json.dump(report, f, indent=2)
-    lines = [f"# k-means loop: {args.iterations} iterations, {args.points} points, 4 centroids (local[2], 1 GB driver)",
-             "", "| variant | seconds | last optimized plan height | checkpointed | released | speculative |",
-             "|---|---|---|---|---|---|"]
-    for mode in modes:
-        r = results[mode]
-        lines.append(f"| {mode} | {r['seconds']} | {r['optimized_height']} | {r['checkpointed']} | "
-                     f"{r['checkpoints_released']} | {r['speculative']} |")
-    lines += ["", "; ".join(f"{name.replace('_vs_', ' / ')}: {ratio}x" for name, ratio in ratios.items()), ""]
+    lines = [f"# k-means loop: {iterations} iterations, {points} points, 4 centroids (local[2], 1 GB driver, "
+             f"{'all modes in one process' if args.quick else 'a fresh process per run'})", "",
+             f"| variant | loop seconds, median [95 % interval] | time / {best or 'best hand-written'}'s | "
+             "last optimized plan height | checkpointed | released | speculative |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for mode, r in results.items():
+        lines.append(f"| {mode} | {r['median_s']:.3g} [{r['low_s']:.3g}–{r['high_s']:.3g}] | "
+                     f"{report['ratios'].get(f'{mode} / {best}', '1' if mode == best else '')} | "
+                     f"{r['optimized_height']} | "
+                     f"{r['checkpointed']} | {r['checkpoints_released']} | {r['persisted_speculatively']} |")
+    lines += ["", f"Per-iteration centroids equal across all runs; {runs_text(args.quick, report['runs_per_mode'])}; "
+              "counters from the last run.", "", provenance_line(report["provenance"])]
     with open(os.path.join(args.out, "kmeans_loop.md"), "w") as f:
-        f.write("\n".join(lines))
+        f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
