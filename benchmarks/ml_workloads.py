@@ -5,7 +5,8 @@ the tools a user reaches for (joblib.Memory, scikit-learn, Apache SystemDS, the 
         [--scale S[,S...]] [--workloads NAME,...] [--repeats R] [--host-budget BYTES] [--out DIR]
         [--quick] [--no-spark] [--no-systemds]
 
-Workloads (benchmarks/workloads/ml.py; seeded data of 100 000×200 × ``--scale`` rows): a 10-λ ridge
+Workloads (benchmarks/workloads/ml.py; seeded data of 100 000×200 × ``--scale`` rows, scale 0.25 by
+default so that the full run takes about 10 minutes; scale 1 takes about four times as long): a 10-λ ridge
 grid; 10 column subsets; 4-fold cross-validation × 10 λ; a PCA K-sweep feeding a ridge classifier;
 a weight search over a 4-model ensemble; and a single fit on fresh data every run, whose
 difference is the cost of tracing (hashing the input included).
@@ -48,7 +49,7 @@ each mode's growth between scales. --host-budget 32m gives memphis's host tier a
 working set (its "host bytes" column in a run without it): evictions, spills to the disk tier and
 reloads are reported with their bytes. Unless --no-spark, the grid is also fed from a Spark
 DataFrame through memphis.collect (single runs, a side note). Writes ml_workloads.json (with
-provenance), ml_workloads.md and ml_workloads.png to --out. --quick: 2000 rows, every mode once,
+provenance), ml_workloads.md and ml_workloads.png to --out. --quick: scale 0.02 (2000 rows), every mode once,
 no warm-up; exits non-zero on a mismatch.
 """
 import argparse
@@ -81,7 +82,7 @@ MODES = ("numpy", "hoisted", "memphis", "joblib", "joblib_second_process", "skle
 PEERS = ("joblib", "joblib_second_process", "sklearn")
 SYSTEMDS_MODES = {"systemds": "none", "systemds_reuse": "reuse_hybrid"}  # mode: -lineage argument
 COUNTERS = ("hits", "partial_hits", "misses", "computed", "evicted", "spilled", "reloaded", "compute_saved_ms")
-QUICK_ROWS = 2000
+QUICK_SCALE = 0.02  # 2000 rows
 RTOL, ATOL = 1e-8, 1e-12
 
 
@@ -442,12 +443,12 @@ def fed_from_spark():
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", default="1", help="rows = 100 000 × scale; a comma list sweeps the scales")
+    parser.add_argument("--scale", default="0.25", help="rows = 100 000 × scale; a comma list sweeps the scales")
     parser.add_argument("--workloads", default=",".join(ml.WORKLOADS), help="comma list (default: all)")
     parser.add_argument("--repeats", type=int, default=rigor.DEFAULT_REPEATS)
     parser.add_argument("--host-budget", help="memphis host tier budget (e.g. 32m), below the working set: pressure")
     parser.add_argument("--out", default=RESULTS)
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_ROWS} rows, every mode once: answers agree")
+    parser.add_argument("--quick", action="store_true", help=f"scale {QUICK_SCALE}, every mode once: answers agree")
     parser.add_argument("--no-spark", action="store_true", help="skip the grid fed from Spark")
     parser.add_argument("--no-systemds", action="store_true", help="skip the SystemDS peer")
     parser.add_argument("--joblib-child", nargs=5, help=argparse.SUPPRESS)  # the second process (internal)
@@ -460,7 +461,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown workloads {sorted(unknown)}; known: {', '.join(ml.WORKLOADS)}")
     scales = [float(s) for s in args.scale.split(",")]
     if args.quick:
-        args.repeats = 1
+        scales, args.repeats = [QUICK_SCALE], 1
     tier = memphis.local.configure(host_max_bytes=args.host_budget)
     disk_bytes = count_disk_bytes(tier)
     command, systemds = None, "skipped: --no-systemds"
@@ -484,7 +485,7 @@ def main(argv=None) -> int:
             tempfile.TemporaryDirectory(prefix="ml-bench-") as scratch:
         runner = Runner(scratch, disk_bytes)
         for scale in scales:
-            rows = QUICK_ROWS if args.quick else int(100_000 * scale)
+            rows = int(100_000 * scale)
             systemds_runs, hits = (measure_systemds(command, names, rows, 0 if args.quick else args.repeats)
                                    if command else ({}, None))
             results["scales"][f"{scale:g}"] = {"rows": rows, "systemds_lineage_cache_hits": hits, "workloads": {
