@@ -2,7 +2,7 @@
 the tools a user reaches for (joblib.Memory, scikit-learn, Apache SystemDS, the original MEMPHIS).
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=python .venv/bin/python benchmarks/ml_workloads.py \\
-        [--scale S[,S...]] [--workloads NAME,...] [--repeats R] [--host-budget BYTES] [--out DIR]
+        [--scale S[,S...]] [--workloads NAME,...] [--skip PEER,...] [--repeats R] [--host-budget BYTES] [--out DIR]
         [--quick] [--no-spark] [--no-systemds]
 
 Workloads (benchmarks/workloads/ml.py; seeded data of 100 000×200 × ``--scale`` rows, scale 0.25 by
@@ -43,13 +43,19 @@ by far more) and a mismatch fails the run. Reported: medians with 95 % intervals
 hoisted (the headline), memphis / best peer (the fastest of joblib, joblib_second_process,
 sklearn) and memphis / numpy as ratios with intervals, "no difference" when one holds 1.
 
---scale 0.1,1,10 runs every scale (with --workloads grid_10_lambda for the sweep: at scale 10 the
-data is 1.6 GB per copy, ~8 GB at peak with the child process and sklearn's copies) and reports
-each mode's growth between scales. --host-budget 32m gives memphis's host tier a budget below the
-working set (its "host bytes" column in a run without it): evictions, spills to the disk tier and
-reloads are reported with their bytes. Unless --no-spark, the grid is also fed from a Spark
-DataFrame through memphis.collect (single runs, a side note). Writes ml_workloads.json (with
-provenance), ml_workloads.md and ml_workloads.png to --out. --quick: scale 0.02 (2000 rows), every mode once,
+--scale 0.1,1,10 runs every scale and reports each mode's growth between scales; the sweep runs
+the grid alone (--workloads grid_10_lambda) and --skip joblib,joblib_second_process --no-systemds:
+at scale 10 (1.6 GB per copy of the data; ~8 GB at peak with sklearn's copy and a second
+process) a joblib run hashes those 1.6 GB twenty times (~65 s) and a SystemDS run without reuse
+takes tens of seconds, which ten repeats of would take most of an hour.
+
+--host-budget 400k gives memphis's host tier a budget below the working set (the "memphis host
+bytes" column of a run without it): evictions, spills to the disk tier and reloads are reported
+with their bytes (counted around the disk tier: memphis.local.stats() counts them, not their bytes).
+
+Unless --no-spark, the grid is also fed from a Spark DataFrame through memphis.collect (single
+runs, a side note). Writes ml_workloads.json (with provenance), ml_workloads.md and
+ml_workloads.png to --out. --quick: scale 0.02 (2000 rows), every mode once,
 no warm-up; exits non-zero on a mismatch.
 """
 import argparse
@@ -70,6 +76,9 @@ from tqdm import tqdm
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import memphis  # noqa: E402
+# The sklearn peers' modules, imported here so that no timed run pays for their first import.
+import sklearn.compose, sklearn.decomposition, sklearn.ensemble, sklearn.linear_model  # noqa: E401,E402,F401
+import sklearn.model_selection, sklearn.pipeline  # noqa: E401,E402,F401
 import memphis.local  # noqa: E402
 import rigor  # noqa: E402
 from memphis.tiers.host import size_of  # noqa: E402
@@ -260,18 +269,19 @@ def measure_systemds(command, names, rows, repeats):
     return measured, {mode: hits for mode, (_, hits) in by_mode.items()}
 
 
-def run_order(name, repeats, quick):
-    """The in-process modes of workload ``name`` (and the second process) in the order they run."""
-    modes = [m for m in MODES if m != "sklearn" or name in ml.SKLEARN]
-    if name == "no_reuse_overhead":
+def run_order(name, repeats, quick, skip=()):
+    """The in-process modes of workload ``name`` (and the second process), less the peers in
+    ``skip``, in the order they run."""
+    modes = [m for m in MODES if m not in skip and (m != "sklearn" or name in ml.SKLEARN)]
+    if name == "no_reuse_overhead" and "joblib_second_process" in modes:
         modes.remove("joblib_second_process")  # fresh data every run: a second process has nothing to reuse
     return modes if quick else rigor.balanced_order(modes, repeats, seed=len(name))
 
 
-def measure_workload(name, rows, repeats, quick, runner, systemds_runs, bar):
+def measure_workload(name, rows, repeats, quick, skip, runner, systemds_runs, bar):
     """Every mode of one workload at one size: {mode: {"seconds", "median_s", "low_s", "high_s",
     "counters", "max_deviation"}}, plus the ratios."""
-    order = run_order(name, repeats, quick)
+    order = run_order(name, repeats, quick, skip)
     fresh = name == "no_reuse_overhead"
     seed, reference = 0, None
     runs = {mode: {"seconds": [], "counters": {}, "max_deviation": 0.0} for mode in dict.fromkeys(order)}
@@ -303,9 +313,9 @@ def ratios(runs):
         if numerator in runs and denominator in runs:
             return rigor.ratio_interval(runs[numerator]["seconds"], runs[denominator]["seconds"])
         return None
-    peers = [m for m in PEERS if m in runs]
-    best = min(peers, key=lambda m: runs[m]["median_s"])
-    return {"memphis / hoisted": of("memphis", "hoisted"), "best peer": best, "memphis / best peer": of("memphis", best),
+    best = min((m for m in PEERS if m in runs), key=lambda m: runs[m]["median_s"], default=None)
+    return {"memphis / hoisted": of("memphis", "hoisted"), "best peer": best,
+            "memphis / best peer": of("memphis", best) if best else None,
             "memphis / numpy": of("memphis", "numpy"), "systemds_reuse / systemds": of("systemds_reuse", "systemds")}
 
 
@@ -333,7 +343,11 @@ def ratio_cell(interval):
 
 def markdown(results):
     lines = [f"# ML workloads, ×{ml.COLUMNS} columns, median [95 % interval] of {results['repeats']} runs, seconds",
-             "", rigor.provenance_line(results["provenance"]), ""]
+             "", rigor.provenance_line(results["provenance"]), "",
+             "Ratios are times (< 1: memphis is faster). memphis / hoisted is the headline; the best peer is the "
+             "fastest of joblib, joblib's second process and sklearn; SystemDS is compared on its reuse / off "
+             "beside memphis / numpy, not on absolute times. memphis host bytes: what its host tier holds after a "
+             "run (the working set). Every run answered as plain numpy (rtol 1e-8).", ""]
     for scale, at_scale in results["scales"].items():
         header = (["workload"] + list(LABELS.values()) + ["memphis / hoisted", "memphis / best peer", "memphis / numpy",
                   "SystemDS reuse / off", "memphis hits (partial)", "memphis host bytes"])
@@ -343,7 +357,8 @@ def markdown(results):
             runs, r = result["modes"], result["ratios"]
             counters = runs["memphis"]["counters"]
             cells = [name] + [rigor.seconds_text(runs[m]["seconds"]) if m in runs else "–" for m in LABELS]
-            cells += [ratio_cell(r["memphis / hoisted"]), f"{ratio_cell(r['memphis / best peer'])} ({r['best peer']})",
+            best = f"{ratio_cell(r['memphis / best peer'])} ({LABELS[r['best peer']]})" if r["best peer"] else "–"
+            cells += [ratio_cell(r["memphis / hoisted"]), best,
                       ratio_cell(r["memphis / numpy"]), ratio_cell(r["systemds_reuse / systemds"]),
                       f"{counters['hits']} ({counters['partial_hits']})", str(counters["host_bytes"])]
             lines.append("| " + " | ".join(cells) + " |")
@@ -354,13 +369,15 @@ def markdown(results):
                       f"{ratio_cell(overhead)}", ""]
     if results.get("host_budget"):
         lines += [f"## memphis under host-tier pressure: budget {results['host_budget']} bytes", "",
-                  "| scale | workload | evicted | spilled | spilled bytes | reloaded | reloaded bytes | memphis / hoisted |",
+                  "| scale | workload | evicted | spilled | spilled bytes | reloaded | reloaded bytes "
+                  "| memphis / hoisted |",
                   "|---|---|---|---|---|---|---|---|"]
         for scale, at_scale in results["scales"].items():
             for name, result in at_scale["workloads"].items():
                 c = result["modes"]["memphis"]["counters"]
                 lines.append(f"| {scale} | {name} | {c['evicted']} | {c['spilled']} | {c['spilled_bytes']} | "
-                             f"{c['reloaded']} | {c['reloaded_bytes']} | {ratio_cell(result['ratios']['memphis / hoisted'])} |")
+                             f"{c['reloaded']} | {c['reloaded_bytes']} "
+                             f"| {ratio_cell(result['ratios']['memphis / hoisted'])} |")
         lines.append("")
     if results.get("growth"):
         lines += ["## growth of the median time between scales", ""]
@@ -374,7 +391,8 @@ def markdown(results):
         r = results["fed_from_spark"]
         lines += [f"Fed from Spark ({r['rows']}×{r['columns']} generated by spark.range, local[2], single runs): "
                   f"memphis.collect 1: {r['collect_1_s']:.3f} s ({r['collect_1_spark_jobs']} Spark jobs), "
-                  f"collect 2: {r['collect_2_s']:.3f} s ({r['collect_2_spark_jobs']} jobs); 10-λ grid with its collect: "
+                  f"collect 2: {r['collect_2_s']:.3f} s ({r['collect_2_spark_jobs']} jobs); "
+                  f"10-λ grid with its collect: "
                   f"numpy (toArrow) {r['grid_numpy_s']:.3f} s, memphis first {r['grid_memphis_1_s']:.3f} s, "
                   f"again {r['grid_memphis_2_s']:.3f} s ({r['grid_memphis_2_spark_jobs']} jobs).", ""]
     return "\n".join(lines)
@@ -446,6 +464,7 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", default="0.25", help="rows = 100 000 × scale; a comma list sweeps the scales")
     parser.add_argument("--workloads", default=",".join(ml.WORKLOADS), help="comma list (default: all)")
     parser.add_argument("--repeats", type=int, default=rigor.DEFAULT_REPEATS)
+    parser.add_argument("--skip", default="", help=f"comma list of peers not to run ({', '.join(PEERS)})")
     parser.add_argument("--host-budget", help="memphis host tier budget (e.g. 32m), below the working set: pressure")
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--quick", action="store_true", help=f"scale {QUICK_SCALE}, every mode once: answers agree")
@@ -459,6 +478,9 @@ def main(argv=None) -> int:
     names = args.workloads.split(",")
     if unknown := set(names) - set(ml.WORKLOADS):
         parser.error(f"unknown workloads {sorted(unknown)}; known: {', '.join(ml.WORKLOADS)}")
+    skip = [m for m in args.skip.split(",") if m]
+    if unknown := set(skip) - set(PEERS):
+        parser.error(f"--skip takes peers ({', '.join(PEERS)}), not {sorted(unknown)}")
     scales = [float(s) for s in args.scale.split(",")]
     if args.quick:
         scales, args.repeats = [QUICK_SCALE], 1
@@ -480,7 +502,7 @@ def main(argv=None) -> int:
                             "scikit-learn": version("scikit-learn"),
                             "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")},
                "scales": {}}
-    runs_per_scale = sum(len(run_order(name, args.repeats, args.quick)) for name in names)
+    runs_per_scale = sum(len(run_order(name, args.repeats, args.quick, skip)) for name in names)
     with tqdm(total=runs_per_scale * len(scales), desc="ML workloads", file=sys.stderr) as bar, \
             tempfile.TemporaryDirectory(prefix="ml-bench-") as scratch:
         runner = Runner(scratch, disk_bytes)
@@ -489,7 +511,7 @@ def main(argv=None) -> int:
             systemds_runs, hits = (measure_systemds(command, names, rows, 0 if args.quick else args.repeats)
                                    if command else ({}, None))
             results["scales"][f"{scale:g}"] = {"rows": rows, "systemds_lineage_cache_hits": hits, "workloads": {
-                name: measure_workload(name, rows, args.repeats, args.quick, runner, systemds_runs, bar)
+                name: measure_workload(name, rows, args.repeats, args.quick, skip, runner, systemds_runs, bar)
                 for name in names}}
     if len(scales) > 1:
         results["growth"] = growth(results["scales"])

@@ -17,7 +17,8 @@ the best λ's model only, not every λ's model the grid and CV workloads answer;
 returns scores only, so it stands in for the ensemble search alone (whose answer is a score per
 candidate); the single fit has no sklearn twin worth timing.
 
-benchmarks/systemds/*.dml are the same workloads in DML, with the same shapes.
+benchmarks/systemds/<workload>.dml are the same workloads in DML, with the same shapes (run by
+benchmarks/systemds/bench.dml).
 """
 import numpy as np
 
