@@ -112,6 +112,10 @@ class JoblibCache:
     def clear(self):
         self.memory.clear(warn=False)
 
+    def entries(self):
+        """How many results the folder holds (one output.pkl each)."""
+        return sum(files.count("output.pkl") for _, _, files in os.walk(self.location))
+
 
 class Runner:
     """Runs one mode of one workload from an empty cache: (seconds, answer, counters)."""
@@ -154,10 +158,13 @@ class Runner:
 
     def second_process(self, name, rows, seed):
         answer_file = os.path.join(self.scratch, "answer.npz")
+        filled = self.joblib.entries()
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "--joblib-child", name, str(rows), str(seed),
                                self.joblib.location, answer_file], capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"joblib second process failed: {done.stderr[-2000:]}")
+        if self.joblib.entries() != filled:
+            raise AssertionError(f"{name}: the joblib second process computed what the first had cached")
         with np.load(answer_file) as saved:
             answer = [saved[f"arr_{i}"] for i in range(len(saved.files))]
         return float(done.stdout.strip().splitlines()[-1]), answer
