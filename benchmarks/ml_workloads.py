@@ -125,9 +125,10 @@ class Runner:
         # (and not at the top: the joblib second process needs none of them).
         import sklearn.compose, sklearn.decomposition, sklearn.ensemble, sklearn.linear_model  # noqa: E401,F401
         import sklearn.model_selection, sklearn.pipeline  # noqa: E401,F401
+        import joblib
 
         self.joblib = JoblibCache(os.path.join(scratch, "joblib"))
-        self.sklearn_memory = JoblibCache(os.path.join(scratch, "sklearn")).memory
+        self.sklearn_memory = joblib.Memory(os.path.join(scratch, "sklearn"), verbose=0)  # for Pipeline(memory=...)
         self.scratch = scratch
         self.disk_bytes = disk_bytes
 

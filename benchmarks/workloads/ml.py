@@ -15,7 +15,9 @@ answer (same λ, folds and ``fit_intercept=False``). Left out, because sklearn h
 computes these answers: ``RidgeCV`` (its efficient leave-one-out/GCV, or ``cv=KFold``) returns
 the best λ's model only, not every λ's model the grid and CV workloads answer; ``GridSearchCV``
 returns scores only, so it stands in for the ensemble search alone (whose answer is a score per
-candidate); the single fit has no sklearn twin worth timing.
+candidate), and the column-subset and PCA peers fit the same cached Pipeline per candidate
+themselves (the fits GridSearchCV would run, keeping the weights the answer holds); the single
+fit has no sklearn twin worth timing.
 
 benchmarks/systemds/<workload>.dml are the same workloads in DML, with the same shapes (run by
 benchmarks/systemds/bench.dml).
