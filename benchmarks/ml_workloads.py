@@ -378,7 +378,8 @@ def markdown(results):
             lines += [f"Tracing overhead with nothing to reuse (fresh data, hashing included), memphis / hoisted: "
                       f"{ratio_cell(overhead)}", ""]
     if results.get("host_budget"):
-        lines += [f"## memphis under host-tier pressure: budget {results['host_budget']} bytes (counters of its last run)", "",
+        lines += [f"## memphis under host-tier pressure: budget {results['host_budget']} bytes "
+                  "(counters of its last run)", "",
                   "| scale | workload | evicted | spilled | spilled bytes | reloaded | reloaded bytes "
                   "| memphis / hoisted |",
                   "|---|---|---|---|---|---|---|---|"]
