@@ -41,20 +41,49 @@ test-lines: $(VENV)/.installed
 
 # The TPC-H scale of the corpus `make bench` runs (benchmarks/tpch_corpus.py); its CI scale is 0.1.
 TPCH_SF ?= 1
+RESULTS := benchmarks/results
+QUICK := $(RESULTS)/quick
+# The driver-side benchmarks run on one BLAS thread, as their hand-hoisted baselines do.
+ONE_BLAS := OPENBLAS_NUM_THREADS=1
 
+# Every figure the README and docs carry, in one dated run on a quiet machine (about three hours on
+# 2 cores): each results file records its commit, date and machine (docs/user-guide.md, "Benchmarks").
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
-	$(PY) benchmarks/lineage_keys.py
-	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/ml_workloads.py
-	$(PY) benchmarks/gpu_tier.py --device simulated
+	$(PY) benchmarks/run.py --pressure --workload tpch_session --workload exploration --out $(RESULTS)/pressure
+	$(PY) benchmarks/run.py --scale 0.1,1,10 --repeats 3 --workload tpch_session --workload exploration \
+		--out $(RESULTS)/scaling
+	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py
+	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py --scale 0.1,1,10 --workloads grid_10_lambda \
+		--skip joblib,joblib_second_process --no-systemds --no-spark --out $(RESULTS)/ml_scale_sweep
+	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py --host-budget 400k --skip joblib,joblib_second_process \
+		--workloads grid_10_lambda,cv_4fold_10_lambda,pca_k_sweep,ensemble_weights --no-systemds --no-spark \
+		--out $(RESULTS)/ml_pressure
+	$(PY) benchmarks/tracing_overhead.py
+	$(ONE_BLAS) $(PY) benchmarks/gpu_tier.py --device simulated
 	$(PY) benchmarks/run_all.py
 	$(PY) benchmarks/kmeans_loop.py
 	$(PY) benchmarks/broadcast_joins.py
-	$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory 1g --warmup --out benchmarks/results/tpch_corpus_1g.json
+	$(PY) benchmarks/lineage_keys.py
+	$(PY) benchmarks/connect_calls.py
+	$(PY) benchmarks/connect_calls.py --serve
+	$(PY) benchmarks/demo_table.py
+	$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory 1g --warmup --out $(RESULTS)/tpch_corpus_1g.json
 
+# Every mode of every benchmark script once at a tiny scale (CI): it fails on any answer mismatch;
+# its timings mean nothing.
 bench-quick: $(VENV)/.installed
-	$(PY) benchmarks/run.py --scale 0.1 --repeats 1 --conf spark.sql.shuffle.partitions=4 --out benchmarks/results/quick
-	OPENBLAS_NUM_THREADS=1 $(PY) benchmarks/ml_workloads.py --quick --out benchmarks/results/quick
+	$(PY) benchmarks/run.py --quick --out $(QUICK)
+	$(PY) benchmarks/run.py --quick --pressure --workload tpch_session --out $(QUICK)
+	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py --quick --out $(QUICK)
+	$(PY) benchmarks/tracing_overhead.py --quick --out $(QUICK)
+	$(ONE_BLAS) $(PY) benchmarks/gpu_tier.py --quick --out $(QUICK)
+	$(PY) benchmarks/run_all.py --quick --out $(QUICK)
+	$(PY) benchmarks/kmeans_loop.py --quick --out $(QUICK)
+	$(PY) benchmarks/broadcast_joins.py --quick --out $(QUICK)
+	$(PY) benchmarks/lineage_keys.py --quick --out $(QUICK)
+	$(PY) benchmarks/connect_calls.py --quick --out $(QUICK)
+	$(PY) benchmarks/connect_calls.py --serve --quick --out $(QUICK)
 
 jar: $(JAR_DIR)/.built
 

@@ -45,9 +45,8 @@ import time
 from pyspark.sql import functions as F
 
 import memphis
-from harness import environment, jobs_in_group, settle
-from mode_runs import TUNING, ratios_to, run_modes, runs_text, seconds_summary
-from rigor import DEFAULT_REPEATS, provenance, provenance_line
+from harness import SESSION_TUNING, environment, jobs_in_group, settle
+from rigor import DEFAULT_REPEATS, provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 AGGREGATES = [F.sum, F.avg, F.max, F.min, F.stddev]
@@ -117,12 +116,12 @@ def main(argv=None):
     spark = memphis.session("local[2]", app_name="memphis-bench-broadcast-joins", **{
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.host": "127.0.0.1",
         "spark.sql.shuffle.partitions": "8",
-        "spark.driver.memory": "2g", "spark.sql.adaptive.enabled": str(not args.no_adaptive).lower(), **TUNING})
+        "spark.driver.memory": "2g", "spark.sql.adaptive.enabled": str(not args.no_adaptive).lower(), **SESSION_TUNING})
     spark.sparkContext.setLogLevel("ERROR")
     try:
         with tempfile.TemporaryDirectory(prefix="memphis-broadcast-joins-") as root:
             write_data(spark, root, rows, dim_rows)
-            samples = run_modes(MODES, lambda mode, i: run(spark, root, mode, queries, f"{mode}-{i}",
+            samples = run_checked(MODES, lambda mode, i: run(spark, root, mode, queries, f"{mode}-{i}",
                                                            0.1 if args.quick else 1.0),
                                 repeats=args.repeats, quick=args.quick, desc="broadcast joins benchmark")
         env = environment(spark)

@@ -3,6 +3,7 @@ table functions): the spike that chose the Connect path.
 
     python benchmarks/connect_calls.py                          # classic, a local[2] session
     python benchmarks/connect_calls.py --remote sc://host:port  # a server from `memphis connect-server`
+    python benchmarks/connect_calls.py --serve                  # starts such a server, measures, stops it
 
 Prints, per call, the median and its 95 % interval (rigor.median_interval) of --repeats timed calls
 (after one untimed call) as a Markdown table, and writes it with the commit, date and machine to
@@ -11,8 +12,14 @@ benchmarks/results). --quick: 3 calls each, no untimed call. Run the two in sepa
 Connect session switches its whole Python process to Connect mode.
 """
 import argparse
+import contextlib
 import json
 import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 
 from pyspark.sql import functions as F
@@ -35,14 +42,44 @@ def timed(call, repeats: int, warm_up: bool = True) -> tuple:
     return median_interval(milliseconds)
 
 
+@contextlib.contextmanager
+def connect_server(log_path: str):
+    """The URL of a Spark Connect server with memphis on a free local port, started as a user starts
+    it (``memphis connect-server``), stopped on exit."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [os.path.join(os.path.dirname(sys.executable), "memphis"), "connect-server", "--port", str(port),
+               "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
+               "--conf", "spark.sql.shuffle.partitions=4"]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while "Spark Connect server started" not in open(log_path).read():
+            if process.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"connect_calls: the Connect server did not start:\n{open(log_path).read()[-3000:]}")
+            time.sleep(1)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--remote", help="a Spark Connect server's URL; by default a classic local[2] session")
+    parser.add_argument("--serve", action="store_true", help="start a local Connect server and measure over it")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="3 calls each, no untimed call")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args()
     repeats = 3 if args.quick else args.repeats
+    if args.serve:  # the client in its own process: a Connect session switches its process to Connect mode
+        with tempfile.TemporaryDirectory() as folder, connect_server(os.path.join(folder, "server.log")) as url:
+            own = [a for a in sys.argv[1:] if a != "--serve"]
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--remote", url, *own], check=True)
+        return
     if args.remote:
         from pyspark.sql import SparkSession
 

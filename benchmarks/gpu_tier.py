@@ -51,7 +51,7 @@ import memphis  # noqa: E402
 import memphis.gpu  # noqa: E402
 import memphis.local  # noqa: E402
 from memphis.tiers.config import parse_bytes  # noqa: E402
-from rigor import (DEFAULT_REPEATS, balanced_order, median_interval, provenance, provenance_line,  # noqa: E402
+from rigor import (DEFAULT_REPEATS, median_interval, provenance, provenance_line, run_order,  # noqa: E402
                    ratio_interval, ratio_text)
 
 RESULTS = os.path.join(HERE, "results")
@@ -253,7 +253,7 @@ def run_workload(run, data, modes, args, capacity, progress) -> dict:
     _, _, cached = once("memphis")
     extra = max(cached["peak_device_bytes"] - plain["peak_device_bytes"], 0)
     budget = plain["peak_device_bytes"] + int(TIGHT_SHARE * extra)
-    order = list(modes) if args.quick else balanced_order(modes, repeats=args.repeats)
+    order = run_order(modes, args.repeats, quick=args.quick)
     seconds, counters, mismatches = {m: [] for m in modes}, {}, []
     for i, name in enumerate(order):
         elapsed, result, counters[name] = once(name, budget if name == TIGHT else None)
@@ -280,7 +280,7 @@ def run_transfers(device_kind, sizes_mb, repeats, quick):
         rng = np.random.default_rng(mb)
         table = pa.table({f"c{i}": rng.standard_normal((mb << 20) // (8 * 16)) for i in range(16)})
         seconds, answers = {name: [] for name in ways}, {}
-        order = list(ways) if quick else balanced_order(list(ways), repeats=repeats)
+        order = run_order(ways, repeats, quick=quick)
         for i, name in enumerate(order):
             start = time.perf_counter()
             value = ways[name](_float_columns(table), table.num_rows)
@@ -359,7 +359,7 @@ def main(argv=None) -> int:
               "repeats": args.repeats, "modes": modes, "workloads": [], "transfers": []}
     mismatches = []
     chosen = workloads(args.batches, args.batch)
-    runs_per_workload = len(modes) if args.quick else len(balanced_order(modes, repeats=args.repeats))
+    runs_per_workload = len(run_order(modes, args.repeats, quick=args.quick))
     with tqdm(total=len(chosen) * runs_per_workload, desc=f"gpu tier ({args.device})") as progress:
         for name, share, run, data in chosen:
             result = run_workload(run, data, modes, args, capacity, progress)

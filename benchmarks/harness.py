@@ -28,8 +28,8 @@ import memphis
 from memphis import __version__
 from memphis.demo import pyplot
 from memphis.session import clear, difference, stats
-from rigor import (DEFAULT_REPEATS, balanced_order, median_interval, provenance, ratio_interval, ratio_text,
-                   seconds_text)
+from rigor import (DEFAULT_REPEATS, AnswerMismatch, median_interval, provenance, ratio_interval, ratio_text,  # noqa: F401
+                   run_checked, run_order, seconds_text)
 
 # The tuning memphis gives its own persists (adaptive execution may coalesce a cached plan's
 # partitions), set for the whole session so that every Spark baseline has it too: without it a
@@ -47,10 +47,6 @@ MODES = {
 # The ratios of median times each report gives, (numerator, denominator): memphis against the best
 # hand-written version is the headline.
 RATIOS = (("memphis", "expert"), ("memphis", "plain"), ("expert", "plain"))
-
-
-class AnswerMismatch(AssertionError):
-    """A run answered differently from the first run."""
 
 
 @dataclass
@@ -156,10 +152,8 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None, r
     """
     modes = tuple(modes or workload.modes())
     inputs = workload.prepare(spark, scale)
-    order = list(modes) if repeats == 1 else balanced_order(modes, repeats)
-    warmups = 0 if repeats == 1 else 1
 
-    def timed_run(mode):
+    def timed_run(mode, index):
         for key, value in MODES[mode].items():
             spark.conf.set(key, value)
         spark.catalog.clearCache()
@@ -169,27 +163,18 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None, r
         start = time.perf_counter()
         answer = workload.variant(mode)(spark, inputs)
         seconds = time.perf_counter() - start
-        return seconds, answer, difference(before, stats(spark))
+        return answer, (seconds, difference(before, stats(spark)))
 
-    runs = {mode: [] for mode in modes}
-    expected = None
     for key, value in (confs or {}).items():
         spark.conf.set(key, value)
     try:
-        for i, mode in enumerate(tqdm(order, desc=workload.name, unit="run", disable=not progress, file=sys.stderr)):
-            seconds, answer, counters = timed_run(mode)
-            if i == 0:
-                expected = answer
-            elif answer != expected:
-                raise AnswerMismatch(f"{workload.name}: mode {mode} (run {i + 1}) answered differently from mode "
-                                     f"{order[0]} (run 1)")
-            if i >= warmups:
-                runs[mode].append((seconds, counters))
+        runs = run_checked(modes, timed_run, repeats=repeats, quick=repeats == 1, desc=workload.name,
+                           progress=progress)
     finally:
         for key in confs or {}:
             spark.conf.unset(key)
     report = {"workload": workload.name, "description": workload.description, "scale": scale,
-              "repeats": repeats, "order": order, "modes": {}, "ratios": {}}
+              "repeats": repeats, "order": run_order(modes, repeats, quick=repeats == 1), "modes": {}, "ratios": {}}
     for mode, results in runs.items():
         seconds = [s for s, _ in results]
         median, low, high = median_interval(seconds)

@@ -41,8 +41,8 @@ import os
 import subprocess
 import sys
 
-from mode_runs import TUNING, ratios_to, run_modes, runs_text, seconds_summary
-from rigor import provenance, provenance_line
+from harness import SESSION_TUNING
+from rigor import provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary
 from workloads.kmeans import CHECKPOINT_EVERY
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -106,7 +106,7 @@ def run(modes, iterations, points, every=CHECKPOINT_EVERY):
     a list of (its per-iteration centroids, its figures)."""
     here = os.path.dirname(os.path.abspath(__file__))
     child = subprocess.run([sys.executable, "-c", APP, ",".join(modes), str(iterations), str(points), str(every), here,
-                            json.dumps(TUNING)], capture_output=True, text=True)
+                            json.dumps(SESSION_TUNING)], capture_output=True, text=True)
     if child.returncode != 0:
         raise RuntimeError(f"kmeans_loop: {','.join(modes)} failed:\n{child.stderr[-3000:]}")
     lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
@@ -128,10 +128,10 @@ def main(argv=None):
     if args.quick:  # one process for all modes, hand checkpointing every 2nd of 4 iterations: a check, not a timing
         iterations, points = 4, 200
         ran = dict(zip(modes, run(modes, iterations, points, every=2)))
-        samples = run_modes(modes, lambda mode, i: ran[mode], quick=True, desc="kmeans_loop")
+        samples = run_checked(modes, lambda mode, i: ran[mode], quick=True, desc="kmeans_loop")
     else:
         iterations, points = args.iterations, args.points
-        samples = run_modes(modes, lambda mode, i: run([mode], iterations, points)[0], repeats=args.repeats,
+        samples = run_checked(modes, lambda mode, i: run([mode], iterations, points)[0], repeats=args.repeats,
                             desc="kmeans_loop")
     results = {m: {**seconds_summary(s), **{k: s[-1][k] for k in ("optimized_height", "checkpointed",
                                                                     "checkpoints_released", "persisted_speculatively")}}

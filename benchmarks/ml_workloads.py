@@ -285,7 +285,7 @@ def run_order(name, repeats, quick, skip=()):
     modes = [m for m in MODES if m not in skip and (m != "sklearn" or name in ml.SKLEARN)]
     if name == "no_reuse_overhead" and "joblib_second_process" in modes:
         modes.remove("joblib_second_process")  # fresh data every run: a second process has nothing to reuse
-    return modes if quick else rigor.balanced_order(modes, repeats, seed=len(name))
+    return rigor.run_order(modes, repeats, quick=quick, seed=len(name))
 
 
 def measure_workload(name, rows, repeats, quick, skip, runner, systemds_runs, bar):

@@ -27,6 +27,8 @@ import statistics
 import subprocess
 import sys
 
+from tqdm import tqdm
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_REPEATS = 10  # runs per mode where a run is under a minute
 LEVEL = 0.95
@@ -49,6 +51,44 @@ def balanced_order(modes, repeats: int = DEFAULT_REPEATS, seed: int = 0) -> list
     for _ in range(circuits):
         order += _circuit(modes, rng)[1:]
     return order
+
+
+def run_order(modes, repeats: int = DEFAULT_REPEATS, *, quick: bool = False, seed: int = 0) -> list:
+    """:func:`balanced_order`, or with ``quick`` every mode once and no warm-up (timings that mean
+    nothing, answers that still must agree)."""
+    return list(modes) if quick else balanced_order(modes, repeats, seed)
+
+
+class AnswerMismatch(AssertionError):
+    """A run answered differently from the first run."""
+
+
+def run_checked(modes, run_one, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, desc: str = "runs",
+                progress: bool = True) -> dict:
+    """Runs ``run_one(mode, index) -> (answer, figures)`` over :func:`run_order` and keeps the figures
+    of the timed runs (all with ``quick``, all but the warm-up otherwise).
+
+    Returns ``{mode: [figures, …]}``. Raises :class:`AnswerMismatch` as soon as a run, the warm-up's
+    included, answers differently from the first: a speedup with a different answer is not a result.
+    """
+    order = run_order(modes, repeats, quick=quick)
+    kept = {mode: [] for mode in modes}
+    expected = None
+    for index, mode in enumerate(tqdm(order, desc=desc, unit="run", disable=not progress, file=sys.stderr)):
+        answer, figures = run_one(mode, index)
+        if index == 0:
+            expected = answer
+        elif answer != expected:
+            raise AnswerMismatch(f"{desc}: mode {mode} (run {index + 1}) answered differently from mode "
+                                 f"{order[0]} (run 1)")
+        if quick or index > 0:
+            kept[mode].append(figures)
+    return kept
+
+
+def runs_text(quick: bool, runs_per_mode: int) -> str:
+    """How the modes ran, for a results file."""
+    return "every mode once (--quick)" if quick else f"{runs_per_mode} runs per mode in a balanced order"
 
 
 def _circuit(modes, rng) -> list:
@@ -101,6 +141,21 @@ def seconds_text(values) -> str:
     """A median of seconds with its interval: ``1.23 [1.10–1.40]``."""
     median, low, high = median_interval(values)
     return f"{median:.3g} [{low:.3g}–{high:.3g}]"
+
+
+def seconds_summary(samples: list) -> dict:
+    """The seconds of a mode's runs (figures with a ``"seconds"`` key) with their median and its
+    95 % interval."""
+    seconds = [s["seconds"] for s in samples]
+    median, low, high = median_interval(seconds)
+    return {"seconds": [round(s, 3) for s in seconds], "median_s": median, "low_s": low, "high_s": high}
+
+
+def ratios_to(runs: dict, baseline: str) -> dict:
+    """Every other mode's median time over ``baseline``'s, as :func:`ratio_text` writes it."""
+    base = [s["seconds"] for s in runs[baseline]]
+    return {f"{mode} / {baseline}": ratio_text(ratio_interval([s["seconds"] for s in samples], base))
+            for mode, samples in runs.items() if mode != baseline}
 
 
 def provenance() -> dict:

@@ -30,9 +30,8 @@ import time
 from pyspark.sql import functions as F
 
 import memphis
-from harness import environment, settle
-from mode_runs import TUNING, ratios_to, run_modes, runs_text, seconds_summary
-from rigor import DEFAULT_REPEATS, provenance, provenance_line
+from harness import SESSION_TUNING, environment, settle
+from rigor import DEFAULT_REPEATS, provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DIMENSION_ROWS = 1_000
@@ -119,13 +118,13 @@ def main(argv=None):
     spark = memphis.session("local[2]", app_name="memphis-bench-run-all", **{
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.host": "127.0.0.1",
         "spark.sql.shuffle.partitions": "8",
-        "spark.scheduler.mode": "FAIR", "spark.driver.memory": "2g", **TUNING})
+        "spark.scheduler.mode": "FAIR", "spark.driver.memory": "2g", **SESSION_TUNING})
     spark.sparkContext.setLogLevel("ERROR")
     try:
         with tempfile.TemporaryDirectory(prefix="memphis-run-all-") as root:
             write_data(spark, root, rows)
             pause = 0.1 if args.quick else 1.0
-            samples = run_modes(MODES, lambda mode, i: run(spark, root, mode, f"{mode}-{i}", pause),
+            samples = run_checked(MODES, lambda mode, i: run(spark, root, mode, f"{mode}-{i}", pause),
                                 repeats=args.repeats, quick=args.quick, desc="run_all benchmark")
         env = environment(spark)
     finally:

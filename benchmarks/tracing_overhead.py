@@ -46,7 +46,7 @@ import memphis.local
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from rigor import balanced_order, median_interval, provenance, provenance_line, ratio_interval, ratio_text  # noqa: E402
+from rigor import median_interval, provenance, provenance_line, ratio_interval, ratio_text, run_order  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 SIZES = (10, 100, 1000, 10 ** 4, 10 ** 5, 10 ** 6, 10 ** 7)
@@ -144,7 +144,7 @@ def measure(operation: str, size: int, backend, repeats: int, seed: int, quick: 
         [backend.host(function(*args)) for args in plain]
     inputs = {"plain": plain, "miss": traced, "hit": traced}
     seconds = {mode: [] for mode in MODES}
-    order = list(MODES) if quick else balanced_order(MODES, repeats=repeats, seed=seed)
+    order = run_order(MODES, repeats, quick=quick, seed=seed)
     for i, mode in enumerate(order):
         backend.allocate_for(mode)
         if mode == "miss":

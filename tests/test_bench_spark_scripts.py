@@ -11,20 +11,18 @@ import pytest
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
 sys.path.insert(0, BENCHMARKS)
 import kmeans_loop  # noqa: E402
-from harness import AnswerMismatch  # noqa: E402
-from mode_runs import run_modes  # noqa: E402
-from rigor import balanced_order  # noqa: E402
+from rigor import AnswerMismatch, balanced_order, run_checked  # noqa: E402
 
 
 def test_the_modes_run_in_rigors_balanced_order_and_the_warm_up_is_not_kept():
     ran = []
-    samples = run_modes(("a", "b", "c"), lambda mode, i: (ran.append(mode) or 42, {"seconds": 1.0}), repeats=4)
+    samples = run_checked(("a", "b", "c"), lambda mode, i: (ran.append(mode) or 42, {"seconds": 1.0}), repeats=4)
     assert ran == balanced_order(("a", "b", "c"), 4)
     assert {m: len(s) for m, s in samples.items()} == {m: n - (m == ran[0]) for m, n in Counter(ran).items()}
 
 
 def test_quick_runs_every_mode_once_and_keeps_it():
-    samples = run_modes(("a", "b"), lambda mode, i: (0, {"seconds": 1.0}), quick=True)
+    samples = run_checked(("a", "b"), lambda mode, i: (0, {"seconds": 1.0}), quick=True)
     assert {m: len(s) for m, s in samples.items()} == {"a": 1, "b": 1}
 
 
@@ -36,7 +34,7 @@ def test_a_run_answering_differently_fails_at_once():
         return (1 if mode == "wrong" else 0), {"seconds": 1.0}
 
     with pytest.raises(AnswerMismatch, match="wrong"):
-        run_modes(("right", "wrong"), run_one, repeats=3)
+        run_checked(("right", "wrong"), run_one, repeats=3)
     assert ran == ["right", "wrong"]
 
 
