@@ -39,8 +39,10 @@ test-fast: $(VENV)/.installed
 test-lines: $(VENV)/.installed
 	PY=$(PY) PYTHON=$(PYTHON) bash integration/lines/run.sh
 
-# The TPC-H scale of the corpus `make bench` runs (benchmarks/tpch_corpus.py); its CI scale is 0.1.
-TPCH_SF ?= 1
+# The TPC-H scale and driver sizes of the corpus `make bench` runs (benchmarks/tpch_corpus.py,
+# docs/reliability.md); its CI scale is 0.1.
+TPCH_SF ?= 0.5
+TPCH_DRIVER_MEMORY ?= 640m 1g 4g
 RESULTS := benchmarks/results
 QUICK := $(RESULTS)/quick
 # The driver-side benchmarks run on one BLAS thread, as their hand-hoisted baselines do.
@@ -68,7 +70,9 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/connect_calls.py
 	$(PY) benchmarks/connect_calls.py --serve
 	$(PY) benchmarks/demo_table.py
-	$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory 1g --warmup --out $(RESULTS)/tpch_corpus_1g.json
+	for memory in $(TPCH_DRIVER_MEMORY); do \
+		$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory $$memory --warmup \
+			--out $(RESULTS)/tpch_corpus_sf$(TPCH_SF)_$$memory.json || exit 1; done
 
 # Every mode of every benchmark script once at a tiny scale (CI): it fails on any answer mismatch;
 # its timings mean nothing.

@@ -159,15 +159,16 @@ def ratios_to(runs: dict, baseline: str) -> dict:
 
 
 def provenance() -> dict:
-    """Where a result comes from: the git commit (with ``+changes`` when the tree differs from it),
-    the date, and the machine."""
+    """Where a result comes from: the git commit (with ``+changes`` when the tree outside
+    benchmarks/results differs from it), the date, and the machine."""
     def git(*args):
         try:
             return subprocess.run(["git", "-C", HERE, *args], capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
+    # Results files a run rewrites are not changes to the code that made them.
+    if git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)benchmarks/results"):
         commit += "+changes"
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
