@@ -54,7 +54,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/run.py --pressure --workload tpch_session --workload exploration --out $(RESULTS)/pressure
 	$(PY) benchmarks/run.py --scale 0.1,1,10 --repeats 3 --workload tpch_session --workload exploration \
-		--out $(RESULTS)/scaling
+		--conf spark.driver.memory=4g --out $(RESULTS)/scaling
 	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py
 	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py --scale 0.1,1,10 --workloads grid_10_lambda \
 		--skip joblib,joblib_second_process --no-systemds --no-spark --out $(RESULTS)/ml_scale_sweep
@@ -65,6 +65,7 @@ bench: $(VENV)/.installed
 	$(ONE_BLAS) $(PY) benchmarks/gpu_tier.py --device simulated
 	$(PY) benchmarks/run_all.py
 	$(PY) benchmarks/kmeans_loop.py
+	$(PY) benchmarks/kmeans_loop.py --modes hand,hand-lazy,memphis,memphis-nospec --out $(RESULTS)/kmeans_questions
 	$(PY) benchmarks/broadcast_joins.py
 	$(PY) benchmarks/lineage_keys.py
 	$(PY) benchmarks/connect_calls.py

@@ -5,7 +5,7 @@ persists (harness.SESSION_TUNING).
 
     python benchmarks/run.py                          # every workload, scale 1, 10 repeats (~30 min)
     python benchmarks/run.py --quick --out /tmp/q     # every mode once at scale 0.05 (CI, 1-2 min)
-    python benchmarks/run.py --scale 0.1,1,10 --repeats 3   # the scale sweep: how time grows with the data
+    python benchmarks/run.py --scale 0.1,1,10 --repeats 3 --conf spark.driver.memory=4g   # the scale sweep
     python benchmarks/run.py --pressure               # memphis's storage capped below its working set
     python benchmarks/run.py --conf spark.sql.shuffle.partitions=4   # a further session setting
 
@@ -17,9 +17,11 @@ intervals, ratios, counters, provenance), results.md (the table: medians with in
 memphis / expert, memphis / plain, expert / plain; with several scales the scaling table too; the
 commit, date and machine) and results.png (speedup over plain Spark per workload and mode).
 
-Scale 10 fits the default session (1 GB driver) of a 24 GB machine: the largest table is 6 M line
-items (54 MB of Parquet for the TPC-H-like tables); what the naive mode caches beyond Spark's
-storage memory spills to disk. Runs there take over a minute, so the sweep runs 3 repeats.
+Scale 10 needs a 4 GB driver (`--conf spark.driver.memory=4g`, as `make bench` runs the sweep): the
+largest table is 6 M line items (54 MB of Parquet for the TPC-H-like tables), and with the default
+1 GB plain Spark's first tpch_session query fails to build a broadcast ("Not enough memory to build
+and broadcast the table"); what the naive mode caches beyond Spark's storage memory spills to disk.
+Runs there take over a minute, so the sweep runs 3 repeats.
 
 --pressure: for each workload, an untimed memphis run measures what memphis holds in Spark storage
 unconstrained (its working set); the timed runs then cap ``spark.memphis.storage.maxBytes`` at a
