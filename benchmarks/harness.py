@@ -11,7 +11,7 @@ Spark mode runs with :data:`SESSION_TUNING`, the tuning memphis gives its own pe
 
 The runs follow :func:`rigor.balanced_order` (each mode preceded by each other mode equally often;
 the first run is an untimed warm-up) and every run's answer, the warm-up's too, must equal the
-first one's, or the run fails with :class:`AnswerMismatch`: a speedup with a different answer is
+first one's, or the run fails with :class:`rigor.AnswerMismatch`: a speedup with a different answer is
 not a result.
 """
 import datetime
@@ -22,13 +22,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from tqdm import tqdm
-
 import memphis
 from memphis import __version__
 from memphis.demo import pyplot
 from memphis.session import clear, difference, stats
-from rigor import (DEFAULT_REPEATS, AnswerMismatch, median_interval, provenance, ratio_interval, ratio_text,  # noqa: F401
+from rigor import (DEFAULT_REPEATS, median_interval, provenance, ratio_interval, ratio_text,
                    run_checked, run_order, seconds_text)
 
 # The tuning memphis gives its own persists (adaptive execution may coalesce a cached plan's
@@ -136,7 +134,7 @@ def run_workload(spark, workload: Workload, *, scale: float = 1.0, modes=None, r
     The order's first run is an untimed warm-up (JIT warm-up of the code each mode runs); then every
     mode runs at least ``repeats`` times. ``repeats=1`` is the quick mode: every mode once, no
     warm-up (its timings mean nothing). Every run's answer, the warm-up's too, is compared with the
-    first run's: :class:`AnswerMismatch` if it differs.
+    first run's: :class:`rigor.AnswerMismatch` if it differs.
 
     Returns ``{"workload", "description", "scale", "repeats", "order", "modes": {mode: {"seconds",
     "median_s", "interval_s", "counters"}}, "ratios": {"memphis/expert": [ratio, low, high], …},

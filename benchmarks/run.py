@@ -37,9 +37,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import (AnswerMismatch, add_conf_option, confs_of, environment, markdown_table,  # noqa: E402
+from harness import (add_conf_option, confs_of, environment, markdown_table,  # noqa: E402
                      plot_speedups, run_workload, scaling_table, session)
-from rigor import DEFAULT_REPEATS, provenance, provenance_line, ratio_text, seconds_text  # noqa: E402
+from rigor import DEFAULT_REPEATS, AnswerMismatch, provenance, provenance_line, ratio_text, seconds_text  # noqa: E402
 from workloads import ALL  # noqa: E402
 
 QUICK_SCALE = 0.05

@@ -8,9 +8,9 @@ from pyspark.sql import functions as F
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
 sys.path.insert(0, BENCHMARKS)
-from harness import (RATIOS, SESSION_TUNING, AnswerMismatch, Workload, markdown_table, plot_speedups,  # noqa: E402
-                     run_workload, scaling_table)
-from rigor import balanced_order, ratio_interval  # noqa: E402
+from harness import (RATIOS, SESSION_TUNING, Workload, markdown_table, plot_speedups, run_workload,  # noqa: E402
+                     scaling_table)
+from rigor import AnswerMismatch, balanced_order, ratio_interval  # noqa: E402
 from workloads import ALL  # noqa: E402
 
 
