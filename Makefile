@@ -89,6 +89,7 @@ bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/lineage_keys.py --quick --out $(QUICK)
 	$(PY) benchmarks/connect_calls.py --quick --out $(QUICK)
 	$(PY) benchmarks/connect_calls.py --serve --quick --out $(QUICK)
+	$(PY) benchmarks/demo_table.py --rows 20000 --out $(QUICK)
 
 jar: $(JAR_DIR)/.built
 
