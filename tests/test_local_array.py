@@ -85,6 +85,18 @@ def test_a_small_column_subset_is_computed_directly(local_tier, data, monkeypatc
     assert len(computed) == 1 and ml.stats()["partial_hits"] == 0  # XᵀX would cost 100 times more
 
 
+def test_rows_picked_by_an_index_array_are_no_column_selection(local_tier, data):
+    X, _ = data
+    tX = memphis.array(X)
+    rows = np.array([0, 2, 3])
+    for index in ((rows, slice(1, 3)), (memphis.array(rows), slice(None)), (rows, [1, 4, 2])):
+        S = tX[index]
+        expected = X[tuple(np.asarray(i) if not isinstance(i, slice) else i for i in index)]
+        np.testing.assert_array_equal(S.numpy(), expected)
+        np.testing.assert_allclose((S.T @ S).numpy(), expected.T @ expected, rtol=1e-12)
+    assert ml.stats()["partial_hits"] == 0
+
+
 def test_appended_ones_column(local_tier, data):
     X, y = data
     tX, ty = memphis.array(X), memphis.array(y)

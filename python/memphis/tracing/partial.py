@@ -24,7 +24,9 @@ _selections_lock = threading.Lock()
 
 def note_column_selection(source, index, selected):
     """Remembers where ``selected = source[index]`` came from when index picks columns ``[:, list]``."""
-    if not (type(index) is tuple and len(index) == 2 and index[0] == slice(None) and source.ndim == 2):
+    # isinstance first: an index array (plain or traced) compares elementwise with a slice.
+    if not (type(index) is tuple and len(index) == 2 and isinstance(index[0], slice) and index[0] == slice(None)
+            and source.ndim == 2):
         return
     columns = np.asarray(index[1])
     if columns.ndim != 1 or columns.dtype.kind not in "iu" or not len(columns):
