@@ -29,17 +29,16 @@ def _unwrap(value, device=None):
     return value
 
 
-def run(item: LineageItem, compute, *, view: bool = False, device=None):
+def run(item: LineageItem, compute, *, view: bool = False, device=None, shapes_of=()):
     """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage.
 
     ``view``: a result that is never cached (views, indexing): computed and wrapped, no probe.
-    ``device``: the work runs on that device (see :func:`memphis.tracing.calls.cached`).
+    ``device``, ``shapes_of``: see :func:`memphis.tracing.calls.cached`.
     """
     if view:
         return wrap(compute(), bounded(item))
-    value, held = cached(item, compute, device=device)
     # Cut the trace at a cached key: the cache holds the structure, the trace keeps only its hash.
-    return wrap(value, item.cut() if held else bounded(item))
+    return wrap(*cached(item, compute, device=device, shapes_of=shapes_of))
 
 
 def wrap(value, item: LineageItem):
@@ -105,7 +104,7 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             if rewritten is not None:
                 value, held = rewritten
                 return wrap(value, item.cut() if held else item)
-        return run(item, compute, device=device)
+        return run(item, compute, device=device, shapes_of=inputs)
 
     def __array_function__(self, function, types, args, kwargs):
         if function not in TRACED_FUNCTIONS:
@@ -120,7 +119,7 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         if device is None and not view:
             compute = started_early(item, compute)
         item = partial.canonical_concatenation(function, args, kwargs) or item
-        return run(item, compute, view=view, device=device)
+        return run(item, compute, view=view, device=device, shapes_of=args)
 
     def __array__(self, dtype=None, copy=None):
         if device_backend.is_device_array(self._value):

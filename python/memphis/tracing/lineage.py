@@ -41,17 +41,21 @@ class LineageItem:
 
     def __init__(self, opcode: str, *, inputs=(), literals=(), deterministic: bool = True, digest: bytes = None):
         self.opcode = opcode
-        self.inputs = tuple(inputs)
+        self.inputs = inputs = tuple(inputs)
         self.literals = tuple(literals)
-        self.deterministic = deterministic and all(i.deterministic for i in self.inputs)
-        self.height = 1 + max((i.height for i in self.inputs), default=0)
+        height = 0  # a plain loop: this runs for every traced operation
+        for i in inputs:
+            deterministic = deterministic and i.deterministic
+            if i.height > height:
+                height = i.height
+        self.deterministic = deterministic
+        self.height = height + 1
         self._digest = digest
 
     @property
     def digest(self) -> bytes:
         if self._digest is None:  # two threads may both compute it: same bytes, no harm
-            h = hashlib.blake2b(digest_size=16)
-            h.update(repr((self.opcode, self.literals)).encode())
+            h = hashlib.blake2b(_head(self.opcode, self.literals), digest_size=16)
             for i in self.inputs:
                 h.update(i.digest)
             self._digest = h.digest()
@@ -96,6 +100,10 @@ class LineageItem:
     def __eq__(self, other):
         if not isinstance(other, LineageItem):
             return NotImplemented
+        if self is other:
+            return True
+        if self._digest is not None and other._digest is not None and self._digest != other._digest:
+            return False
         # Iterative, with a set of pairs already compared: a deep or shared trace is walked once.
         stack, seen = [(self, other)], set()
         while stack:
@@ -114,6 +122,24 @@ class LineageItem:
 
     def __repr__(self):
         return f"LineageItem({self.opcode!r}, key={self.key[:12]}…, height={self.height})"
+
+
+# (opcode, literals) -> the bytes the hash of an item starts with: the same few operations recur in
+# every loop, and their repr is most of an item's hashing time. Never for raw arrays (a content
+# digest that is not computed yet must not be forced by a dictionary lookup), and emptied when full.
+_heads = {}
+MAX_HEADS = 4096
+
+
+def _head(opcode: str, literals: tuple) -> bytes:
+    if opcode == "array":
+        return repr((opcode, literals)).encode()
+    found = _heads.get((opcode, literals))
+    if found is None:
+        if len(_heads) >= MAX_HEADS:
+            _heads.clear()
+        found = _heads[(opcode, literals)] = repr((opcode, literals)).encode()
+    return found
 
 
 def bounded(item: LineageItem) -> LineageItem:
@@ -242,6 +268,9 @@ def bytes_leaf(kind: str, payload_digest: str) -> LineageItem:
 
 # --- encoding arguments --------------------------------------------------------------------------
 
+_PLAIN_TYPES = {type(None), bool, int, float, complex, str, bytes, type(np._NoValue)}
+
+
 def encode(value, inputs: list):
     """The literal form of ``value`` with every data value in it replaced by ``("input", i)``.
 
@@ -249,6 +278,11 @@ def encode(value, inputs: list):
     appended to ``inputs``; functions are encoded by :func:`function_identity`. Anything else
     without a literal form raises :class:`Untraceable`.
     """
+    kind = type(value)  # the most common arguments first: this runs for every traced call
+    if kind in _PLAIN_TYPES:
+        return literal(value)
+    if kind is tuple or kind is list:
+        return (kind.__name__, tuple([encode(v, inputs) for v in value]))
     item = getattr(value, "lineage", None)
     if not isinstance(item, LineageItem):
         item = _data_leaf(value)
