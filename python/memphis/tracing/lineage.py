@@ -98,27 +98,29 @@ class LineageItem:
                            deterministic=self.deterministic, digest=self.digest)
 
     def __eq__(self, other):
-        if not isinstance(other, LineageItem):
-            return NotImplemented
         if self is other:
             return True
-        if self._digest is not None and other._digest is not None and self._digest != other._digest:
-            return False
-        # Iterative, with a set of pairs already compared: a deep or shared trace is walked once.
-        stack, seen = [(self, other)], set()
+        if not isinstance(other, LineageItem):
+            return NotImplemented
+        # Most comparisons end one level down, at cut items (a kept entry's item is cut: see
+        # memphis.tiers.core.kept_form); deeper traces are walked iteratively, each shared pair once.
+        below = _below(self, other)
+        stack, seen = [], set()
+        for pair in below or ():
+            deeper = _below(*pair)
+            if deeper is None:
+                return False
+            stack.extend(deeper)
         while stack:
-            a, b = stack.pop()
-            if a is b or (id(a), id(b)) in seen:
+            a, b = pair = stack.pop()
+            if (id(a), id(b)) in seen:
                 continue
-            if a.digest != b.digest:
-                return False
-            if a.opcode == "cut" or b.opcode == "cut":
-                continue  # below a cut only the hash is known
-            if a.opcode != b.opcode or a.literals != b.literals or len(a.inputs) != len(b.inputs):
-                return False
             seen.add((id(a), id(b)))
-            stack.extend(zip(a.inputs, b.inputs))
-        return True
+            deeper = _below(*pair)
+            if deeper is None:
+                return False
+            stack.extend(deeper)
+        return below is not None
 
     def __repr__(self):
         return f"LineageItem({self.opcode!r}, key={self.key[:12]}…, height={self.height})"
@@ -140,6 +142,19 @@ def _head(opcode: str, literals: tuple) -> bytes:
             _heads.clear()
         found = _heads[(opcode, literals)] = repr((opcode, literals)).encode()
     return found
+
+
+def _below(a: LineageItem, b: LineageItem):
+    """None when ``a`` and ``b`` differ at their own level, else their input pairs still to compare."""
+    if a is b:
+        return ()
+    if a.digest != b.digest:
+        return None
+    if a.opcode == "cut" or b.opcode == "cut":
+        return ()  # below a cut only the hash is known
+    if a.opcode != b.opcode or a.literals != b.literals or len(a.inputs) != len(b.inputs):
+        return None
+    return zip(a.inputs, b.inputs)
 
 
 def bounded(item: LineageItem) -> LineageItem:
@@ -174,6 +189,8 @@ def literal(value):
     if isinstance(value, slice):
         return ("slice", tuple(literal(v) for v in (value.start, value.stop, value.step)))
     if isinstance(value, (tuple, list)):
+        if all(type(v) is int for v in value):  # column lists, shapes: no call per element
+            return (type(value).__name__, tuple([("int", repr(v)) for v in value]))
         return (type(value).__name__, tuple(literal(v) for v in value))
     raise Untraceable(f"no literal form for {type(value).__name__}")
 
@@ -282,6 +299,8 @@ def encode(value, inputs: list):
     if kind in _PLAIN_TYPES:
         return literal(value)
     if kind is tuple or kind is list:
+        if all(type(v) is int for v in value):
+            return literal(value)
         return (kind.__name__, tuple([encode(v, inputs) for v in value]))
     item = getattr(value, "lineage", None)
     if not isinstance(item, LineageItem):
