@@ -95,6 +95,8 @@ def freeze(value):
 
 def hand_out(value):
     """What an asker receives: containers and frames are copied so that changing them spares the cache."""
+    if type(value) is np.ndarray:  # the common case, first: this runs on every hit
+        return value
     if type(value).__module__.startswith("pandas"):
         return value.copy(deep=True)
     if type(value) in (list, tuple):
@@ -221,11 +223,11 @@ class HostTier:
                 self.overhead_s += OVERHEAD_SMOOTHING * (spent - self.overhead_s)
         return hand_out(value)
 
-    def traced(self, key: str, item, compute: Callable[[], Any], *, signature=None):
+    def traced(self, key: str, item, compute: Callable[[], Any], *, signature: Callable[[], Any] = None):
         """(value, the item it is kept under or None): the lean path of a traced operation.
 
-        A hit is a probe under the lock. An operation that its last run with the same ``signature``
-        (opcode, literals, input shapes) showed not worth keeping (:meth:`worth_caching_s`) runs
+        A hit is a probe under the lock. An operation that its last run with the same signature
+        (``signature()``: opcode, literals, input shapes) showed not worth keeping (:meth:`worth_caching_s`) runs
         without a placeholder, and is kept only if this run turns out worth it; two threads may then
         both compute it, which costs less than making one wait. Any other operation goes through
         :meth:`get_or_compute` (one thread computes it, the others wait), kept by the same rule.
@@ -235,7 +237,8 @@ class HostTier:
             if entry is not None and entry.state is State.CACHED and (entry.item is None or entry.item == item):
                 return hand_out(self._hit(entry)), entry.item
             computed = self._history.get(key, 0) if entry is None else 0
-        expected = self._costs.get(signature) if entry is None and signature is not None else None
+        signature = signature() if entry is None and signature is not None else None
+        expected = self._costs.get(signature) if signature is not None else None
         if expected is None or expected[1] is None or \
                 expected[0] >= self.worth_caching_s(expected[1], computed + 1):
             value = self.get_or_compute(key, compute, item=item, min_cost_s=None, signature=signature)

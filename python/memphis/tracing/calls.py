@@ -158,5 +158,5 @@ def cached(item: LineageItem, compute, *, device=None, shapes_of=()):
         return value, item.cut() if held else bounded(item)
     if default.gpu is not None:
         compute = default.gpu.serving_host(item, compute)
-    value, kept = tier.traced(item.key, item, compute, signature=signature(item, shapes_of))
+    value, kept = tier.traced(item.key, item, compute, signature=lambda: signature(item, shapes_of))
     return value, kept if kept is not None else bounded(item)

@@ -69,7 +69,10 @@ class LineageItem:
             return False
         if self.opcode == "array":
             return isinstance(self.literals[0][1], ContentDigest) and not self.literals[0][1].done
-        return any(i.pending for i in self.inputs)
+        for i in self.inputs:  # a loop, not any(): this runs for every traced call
+            if i.pending:
+                return True
+        return False
 
     @property
     def key(self) -> str:
