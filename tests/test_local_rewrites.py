@@ -158,3 +158,11 @@ def test_calls_bind_like_numpy(local_tier, data):
         np.sum(t, bogus=1)
     with pytest.raises(TypeError):
         np.sum(t, 0, axis=0)
+
+
+def test_a_ufunc_call_keys_as_its_general_encoding(local_tier):
+    a, plain = memphis.array(np.ones(3)), np.arange(3.0)
+    for ufunc, arguments in ((np.add, (a, a)), (np.multiply, (a, 2.0)), (np.subtract, (3, a)),
+                             (np.add, (a, plain)), (np.exp, (a,))):
+        item = calls.ufunc_item(ufunc, "__call__", arguments, {})
+        assert item == calls.trace_item(item.opcode, (tuple(arguments), ())) and item.inputs

@@ -96,8 +96,21 @@ def function_item(function, args, kwargs) -> LineageItem:
     return trace_item(TRACED_FUNCTIONS[function], _canonical_arguments(function, args, kwargs))
 
 
+_NO_KEYWORDS = ("tuple", ())
+
+
 def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
     opcode = "ufunc." + ufunc.__name__ + ("" if method == "__call__" else "." + method)
+    if not kwargs:  # the common call, encoded as trace_item would encode it, without its generality
+        items, parts = [], []
+        for value in inputs:
+            lineage = getattr(value, "lineage", None)
+            if type(lineage) is LineageItem:
+                parts.append(("input", len(items)))
+                items.append(lineage)
+            else:
+                parts.append(encode(value, items))
+        return LineageItem(opcode, inputs=items, literals=(("tuple", (("tuple", tuple(parts)), _NO_KEYWORDS)),))
     return trace_item(opcode, (tuple(inputs), tuple(sorted(kwargs.items()))))
 
 
