@@ -104,14 +104,20 @@ def column_selection_product(item: LineageItem, left_item: LineageItem, right):
         return None
     whole = product_item(transpose_item(source_item), other_item)
     tier = default.host()
-    compute = lambda: np.asarray(source).T @ np.asarray(other)  # noqa: E731
-    if source is not None and through_source <= 2 * direct:
-        compute = started_early(whole, compute)  # while P is hashed, if it is
-    reused = held(whole)
-    if not reused and (source is None or through_source > 2 * direct):
-        return None
     start = time.perf_counter()
-    product, _ = cached(whole, compute)
+    if source is None:  # only the source's cached product can serve: never computed here
+        found = tier.peek(whole.key, item=whole)
+        if found is None:
+            return None
+        product, reused = found[0], True
+    else:
+        compute = lambda: np.asarray(source).T @ np.asarray(other)  # noqa: E731
+        if through_source <= 2 * direct:
+            compute = started_early(whole, compute)  # while P is hashed, if it is
+        reused = held(whole)
+        if not reused and through_source > 2 * direct:
+            return None
+        product, _ = cached(whole, compute)
     value = product[list(a)] if b is None else product[np.ix_(a, b)]
     if reused:
         tier.count("partial_hits")
