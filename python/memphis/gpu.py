@@ -2,10 +2,11 @@
 
 Work on traced arrays whose values live on a device (cupy arrays, or the simulated device's) is
 traced with the same opcodes and keys as numpy work, probed in the GPU tier before it runs, and
-kept there from its second occurrence on. Device memory is allocated through memphis: freed
-buffers are recycled for allocations of the same size, and an allocation that would exceed the
-budget evicts cached values (to the host tier when recomputing costs more than the copy) before it
-fails.
+kept there from its second occurrence on. Device arrays come from the device's memory pool
+(cupy's own, in C: blocks of dead arrays are recycled without Python), with memphis' budget as its
+base allocator: new memory that would take the pool past the budget first gives the pool's free
+blocks back, then evicts cached values (to the host tier when recomputing costs more than the
+copy), and fails only when nothing is left.
 
 Examples
 --------
@@ -22,14 +23,16 @@ Examples
 from memphis.backends.device_backend import device_of
 from memphis.tiers.gpu.config import NoGpuError
 from memphis.tiers.gpu.cupy_device import CupyDevice, usable
-from memphis.tiers.gpu.device import CopyStream, Device, SimulatedArray, SimulatedDevice, SimulatedOutOfMemory
-from memphis.tiers.gpu.tier import GPU_COUNTERS, TRANSITIONS, Allocator, GpuState, GpuTier
+from memphis.tiers.gpu.device import (CopyStream, Device, SimulatedArray, SimulatedDevice, SimulatedDeviceFull,
+                                      SimulatedOutOfMemory, SimulatedPool)
+from memphis.tiers.gpu.tier import GPU_COUNTERS, TRANSITIONS, DeviceBudget, GpuState, GpuTier
 from memphis.tiers.runtime import default
 from memphis.tracing.array import TracedArray, array
 
-__all__ = ["Allocator", "CopyStream", "CupyDevice", "Device", "GPU_COUNTERS", "GpuState", "GpuTier", "NoGpuError",
-           "SimulatedArray", "SimulatedDevice", "SimulatedOutOfMemory", "TRANSITIONS", "clear", "configure",
-           "entries", "release_free", "stats", "tier", "to_device", "to_host", "usable"]
+__all__ = ["CopyStream", "CupyDevice", "Device", "DeviceBudget", "GPU_COUNTERS", "GpuState", "GpuTier", "NoGpuError",
+           "SimulatedArray", "SimulatedDevice", "SimulatedDeviceFull", "SimulatedOutOfMemory", "SimulatedPool",
+           "TRANSITIONS", "clear", "configure", "entries", "release_free", "stats", "tier", "to_device", "to_host",
+           "usable"]
 
 
 def configure(*, device="auto", memory_fraction=None, budget_bytes=None, capacity_bytes=None, copy_bytes_per_s=None):
@@ -60,10 +63,12 @@ def tier(*, required: bool = False):
 
 
 def release_free() -> int:
-    """Gives the GPU tier's free lists back to the device; returns the bytes released.
+    """Gives the free blocks of the GPU tier's memory pool back to the device (``free_all_blocks``);
+    returns the bytes released.
 
-    Call it at a phase change (between models, before a loop over batches of another size): buffers
-    of the old sizes would otherwise wait for allocations that no longer come.
+    Call it at a phase change (between models, before a loop over batches of another size): blocks
+    of the old sizes would otherwise wait for allocations that no longer come. (An allocation that
+    would exceed the budget releases them by itself first.)
 
     Examples
     --------
@@ -78,7 +83,11 @@ def release_free() -> int:
 def stats() -> dict:
     """The GPU tier's counters (zeros without one): gpu_hits, gpu_misses, recycled_allocations,
     fresh_allocations, evicted_to_host, gpu_deleted, bytes_held_gpu, eviction_time_ms,
-    copies_to_device, copies_to_host."""
+    copies_to_device, copies_to_host.
+
+    ``fresh_allocations``: allocations that took new device memory (calls of the pool's base
+    allocator). ``recycled_allocations``: allocations served from a free block of the pool, counted
+    on the simulated device only: cupy's pool recycles in C, uncounted (0 there)."""
     gpu = default.gpu
     return gpu.stats() if gpu is not None else dict.fromkeys(GPU_COUNTERS, 0)
 

@@ -167,8 +167,8 @@ def cached(item: LineageItem, compute, *, device=None, shapes_of=()):
     if device is not None:
         if device.tier is None:  # a device without a tier (reconfigured away): plain device work
             return compute(), bounded(item)
-        value, held = device.tier.get_or_compute(item.key, compute, item=item)
-        return value, item.cut() if held else bounded(item)
+        value, kept = device.tier.traced(item.key, item, compute)
+        return value, kept if kept is not None else bounded(item)
     if default.gpu is not None:
         compute = default.gpu.serving_host(item, compute)
     value, kept = tier.traced(item.key, item, compute, signature=lambda: signature(item, shapes_of))

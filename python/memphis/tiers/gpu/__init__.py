@@ -1,1 +1,1 @@
-"""The GPU tier: its devices (simulated, cupy), its allocator and entries, and how it is configured."""
+"""The GPU tier: its devices (simulated, cupy), its memory budget and entries, and how it is configured."""

@@ -21,24 +21,14 @@ def usable():
     return (count > 0, "" if count else "no CUDA device")
 
 
-class _Lease:
-    """Owner of a buffer handed to cupy: when cupy drops the memory, the buffer goes back to memphis."""
-
-    __slots__ = ("buffer", "release")
-
-    def __init__(self, buffer, release):
-        self.buffer, self.release = buffer, release
-
-    def __del__(self):
-        self.release(self.buffer)
-
-
 class CupyDevice(Device):
     """A CUDA device through cupy.
 
-    ``use_allocator`` installs memphis' allocator as cupy's (``cupy.cuda.set_allocator``): every
-    cupy allocation goes through its free lists and its failure hook (evict, release free lists,
-    retry) instead of cupy's memory pool. Eviction copies run on their own ``cupy.cuda.Stream``.
+    Arrays come from a ``cupy.cuda.MemoryPool``: ``memory_pool(base)`` makes one whose new memory
+    comes from ``base`` (memphis' budget: :class:`memphis.tiers.gpu.tier.DeviceBudget`), and
+    ``use_pool`` installs its C-level ``malloc`` as cupy's allocator (``cupy.cuda.set_allocator``):
+    an allocation that a free block serves never reaches Python. Eviction copies run on their own
+    ``cupy.cuda.Stream``.
     Frames (``collect(..., as_="arrow")``) become cudf DataFrames when cudf imports.
 
     Examples
@@ -60,18 +50,21 @@ class CupyDevice(Device):
         super().__init__(copy_bytes_per_s=INITIAL_COPY_BYTES_PER_S)
         device_backend.register(cupy.ndarray, lambda array: self)
 
-    def out_of_memory(self, nbytes, why):
-        free, total = self._cupy.cuda.runtime.memGetInfo()
-        return self._cupy.cuda.memory.OutOfMemoryError(nbytes, total - free, total)
+    def out_of_memory(self, nbytes, *, held, limit):
+        """cupy's own error: "Out of memory allocating N bytes (allocated so far: H bytes, limit set
+        to: the budget)", without the limit when the device itself is full."""
+        return self._cupy.cuda.memory.OutOfMemoryError(nbytes, held, limit)
+
+    def is_full(self, error) -> bool:
+        runtime = self._cupy.cuda.runtime
+        return isinstance(error, runtime.CUDARuntimeError) and error.status == runtime.errorMemoryAllocation
 
     def allocate(self, nbytes: int):
-        with self._cupy.cuda.Device(self.device_id):
-            buffer = self._cupy.cuda.memory.Memory(nbytes)  # cudaMalloc; freed when the last reference goes
+        """cudaMalloc on the current device, as a pool's base allocator returns it (a ``MemoryPointer``);
+        freed when the pool lets go of it (cupy's ``Memory``)."""
+        pointer = self._cupy.cuda.MemoryPointer(self._cupy.cuda.memory.Memory(nbytes), 0)
         self._count("allocations")
-        return buffer
-
-    def free(self, buffer):
-        self._count("frees")  # dropping memphis' reference frees it (cudaFree in cupy's Memory)
+        return pointer
 
     def free_bytes(self) -> int:
         with self._cupy.cuda.Device(self.device_id):
@@ -81,15 +74,14 @@ class CupyDevice(Device):
         with self._cupy.cuda.Device(self.device_id):
             return int(self._cupy.cuda.runtime.memGetInfo()[1])
 
-    def use_allocator(self, allocator):
-        cupy = self._cupy
+    def memory_pool(self, base=None):
+        """A ``cupy.cuda.MemoryPool`` whose new memory comes from ``base(nbytes) -> MemoryPointer``
+        (default: cudaMalloc). cupy adds ``nbytes`` to the pool's ``total_bytes()`` before it calls
+        ``base``; ``base`` runs only when no free block serves an allocation."""
+        return self._cupy.cuda.MemoryPool(allocator=base)
 
-        def malloc(nbytes):
-            buffer = allocator.malloc(nbytes)
-            memory = cupy.cuda.memory.UnownedMemory(buffer.ptr, nbytes, _Lease(buffer, allocator.release),
-                                                    self.device_id)
-            return cupy.cuda.MemoryPointer(memory, 0)
-        cupy.cuda.set_allocator(malloc)
+    def use_pool(self, pool):
+        self._cupy.cuda.set_allocator(pool.malloc)  # the pool's C-level malloc: no Python per allocation
 
     def close(self):
         super().close()

@@ -1,5 +1,7 @@
 """The device interface of the GPU tier, and a simulated device that tests every policy without a GPU."""
+import collections
 import concurrent.futures
+import gc
 import threading
 import weakref
 
@@ -56,13 +58,16 @@ class CopyStream:
 class Device:
     """What the GPU tier needs of an accelerator.
 
-    Raw buffers: ``allocate(nbytes)`` (raises one of ``out_of_memory_errors`` when the device is
-    full) and ``free(buffer)``. Arrays: ``copy_to_device(host)``, ``stack_columns(columns, rows)``
+    Raw memory: ``allocate(nbytes)``, what a memory pool's base allocator returns (when the device
+    is full it raises an error that ``is_full(error)`` recognizes; the pool frees it). Arrays that
+    the device's operations create come from a memory pool, as cupy's do: ``memory_pool(base)``
+    makes one (cupy: ``cupy.cuda.MemoryPool(allocator=base)``) that recycles the blocks of dead
+    arrays itself and calls ``base(nbytes)`` only for new memory, after adding ``nbytes`` to its
+    ``total_bytes()``; ``free_all_blocks()`` gives its free blocks back to the device.
+    ``use_pool(pool)`` makes it the pool the device's arrays come from; ``close()`` goes back to
+    the device's default one. Arrays: ``copy_to_device(host)``, ``stack_columns(columns, rows)``
     and ``copy_to_host(value)`` (all counted), ``is_array(value)``. Memory: ``free_bytes()``,
-    ``total_bytes()``. Allocation of the arrays the device's operations create goes through
-    ``use_allocator(allocator)``: the allocator's ``malloc(nbytes)`` hands out buffers (recycled or
-    fresh) and runs its failure hook before it gives up; ``release(buffer)`` takes back the buffer of
-    an array that died. ``copy_stream``: asynchronous device → host copies (:class:`CopyStream`).
+    ``total_bytes()``. ``copy_stream``: asynchronous device → host copies (:class:`CopyStream`).
     ``copy_bytes_per_s``: the estimated copy bandwidth the eviction policy weighs against
     recomputation.
     """
@@ -90,8 +95,16 @@ class Device:
         """Estimated time to copy ``nbytes`` between host and device."""
         return nbytes / self.copy_bytes_per_s
 
-    def out_of_memory(self, nbytes: int, why: str) -> MemoryError:
-        return self.out_of_memory_errors[0](f"{self.name}: cannot allocate {nbytes} bytes: {why}")
+    def out_of_memory(self, nbytes: int, *, held: int, limit: int) -> MemoryError:
+        """The device's out-of-memory error for an allocation of ``nbytes`` that the pool, holding
+        ``held`` bytes under a budget of ``limit`` (0: the device itself is full), cannot make."""
+        why = f"{held} bytes held of a {limit}-byte budget" if limit else f"the device is full; {held} bytes held"
+        return self.out_of_memory_errors[0](f"{self.name}: cannot allocate {nbytes} bytes: {why}, and nothing "
+                                            "is left to evict or release")
+
+    def is_full(self, error: BaseException) -> bool:
+        """Whether ``error``, raised by ``allocate``, says that the device has no room left."""
+        return isinstance(error, self.out_of_memory_errors)
 
     def _copy_to_host_on_stream(self, value) -> np.ndarray:
         return self.copy_to_host(value)
@@ -115,15 +128,139 @@ class Device:
 
 
 class SimulatedOutOfMemory(MemoryError):
-    """The simulated device is full: an allocation would exceed its ``capacity_bytes``."""
+    """An allocation on the simulated device failed: it is full, or the GPU tier's budget is spent."""
+
+
+class SimulatedDeviceFull(SimulatedOutOfMemory):
+    """The simulated device is full: an allocation would exceed its ``capacity_bytes`` (cupy's
+    ``CUDARuntimeError`` of ``cudaErrorMemoryAllocation``)."""
+
+
+class SimulatedPool:
+    """What ``cupy.cuda.MemoryPool(allocator=base)`` does, for the simulated device.
+
+    ``malloc(nbytes)`` takes a free block of exactly that size (``recycled``; cupy's pool also
+    splits a larger one); else it adds ``nbytes`` to ``total_bytes()`` and calls ``base(nbytes)``
+    (``fresh``; default: the device's ``allocate``). When the base raises the device-full error,
+    the free blocks go back to the device and it tries again, the second time after a garbage
+    collection; any other error propagates, the bytes taken out of the total again. ``free(block)``
+    takes the block of a dead array back: it only queues it (no lock), since it runs in finalizers
+    at any point of any thread. ``free_all_blocks()`` gives every free block back to the device.
+
+    Examples
+    --------
+    >>> device = SimulatedDevice(capacity_bytes=1 << 20)
+    >>> pool = device.memory_pool()
+    >>> pool.free(pool.malloc(64)); block = pool.malloc(64)
+    >>> pool.recycled, pool.fresh, pool.total_bytes(), pool.free_bytes()
+    (1, 1, 64, 0)
+    """
+
+    def __init__(self, device: "SimulatedDevice", base=None):
+        self.device = device
+        self._base = base if base is not None else device.allocate
+        # Guarded by the lock: _total = bytes taken from the base and not given back (in arrays, in
+        # the free lists or queued), and the sizes of base calls under way; _free_bytes = bytes in
+        # the free lists. _returned is appended to without the lock and drained under it.
+        self._lock = threading.Lock()
+        self._free = collections.defaultdict(list)  # size -> blocks of dead arrays
+        self._returned = collections.deque()
+        self._total = 0
+        self._free_bytes = 0
+        self.recycled = 0
+        self.fresh = 0
+        self.closed = False
+
+    def malloc(self, nbytes: int) -> np.ndarray:
+        if nbytes == 0:
+            return np.empty(0, dtype=np.uint8)  # as cupy: no memory, not pooled
+        with self._lock:
+            self._drain()
+            blocks = self._free.get(nbytes)
+            if blocks:
+                self._free_bytes -= nbytes
+                self.recycled += 1
+                return blocks.pop()
+            self._total += nbytes
+        try:
+            block = self._new(nbytes)
+        except BaseException:
+            with self._lock:
+                self._total -= nbytes
+            raise
+        with self._lock:
+            self.fresh += 1
+        return block
+
+    def _new(self, nbytes: int) -> np.ndarray:
+        for attempt in range(3):
+            try:
+                return self._base(nbytes)
+            except SimulatedDeviceFull:
+                if attempt == 2:
+                    raise
+                if attempt == 1:
+                    gc.collect()
+                self.free_all_blocks()
+
+    def free(self, block: np.ndarray):
+        if not block.nbytes:
+            return
+        if self.closed:  # a pool no longer in use: the block goes straight back to the device
+            with self._lock:
+                self._total -= block.nbytes
+            self.device.free(block)
+        else:
+            self._returned.append(block)
+
+    def _drain(self):
+        while self._returned:
+            block = self._returned.popleft()
+            self._free[block.nbytes].append(block)
+            self._free_bytes += block.nbytes
+
+    def free_all_blocks(self):
+        with self._lock:
+            self._drain()
+            blocks = [block for same_size in self._free.values() for block in same_size]
+            self._free.clear()
+            self._total -= self._free_bytes
+            self._free_bytes = 0
+        for block in blocks:
+            self.device.free(block)
+
+    def total_bytes(self) -> int:
+        with self._lock:
+            return self._total
+
+    def free_bytes(self) -> int:
+        with self._lock:
+            self._drain()
+            return self._free_bytes
+
+    def used_bytes(self) -> int:
+        with self._lock:
+            self._drain()
+            return self._total - self._free_bytes
+
+    def n_free_blocks(self) -> int:
+        with self._lock:
+            self._drain()
+            return sum(len(blocks) for blocks in self._free.values())
+
+    def close(self):
+        """Gives the free blocks back; blocks of arrays that die later go straight to the device."""
+        self.closed = True
+        self.free_all_blocks()
 
 
 class SimulatedDevice(Device):
     """A stand-in for a GPU, for tests and CI: numpy arrays play device buffers.
 
-    It has a byte capacity (an allocation beyond it raises :class:`SimulatedOutOfMemory`), counts
+    It has a byte capacity (an allocation beyond it raises :class:`SimulatedDeviceFull`), counts
     allocations, frees, host↔device copies and bytes copied, and accounts each copy's time at
-    ``copy_bytes_per_s`` (nothing sleeps: ``copy_seconds`` adds up). Its arrays are
+    ``copy_bytes_per_s`` (nothing sleeps: ``copy_seconds`` adds up). Its arrays come from a
+    :class:`SimulatedPool` (by default one of its own, as cupy's come from its default pool) and are
     :class:`SimulatedArray`, a thin wrapper that tests can tell from numpy arrays; like cupy's, they
     refuse to mix with host arrays implicitly.
 
@@ -143,12 +280,12 @@ class SimulatedDevice(Device):
         super().__init__(copy_bytes_per_s=copy_bytes_per_s)
         self.capacity_bytes = int(capacity_bytes)
         self.bytes_in_use = 0  # guarded by _counts_lock; never above capacity_bytes
-        self._malloc, self._release = self.allocate, self.free
+        self.default_pool = self._pool = SimulatedPool(self)
 
     def allocate(self, nbytes: int) -> np.ndarray:
         with self._counts_lock:
             if self.bytes_in_use + nbytes > self.capacity_bytes:
-                raise SimulatedOutOfMemory(f"simulated device: {nbytes} bytes do not fit; "
+                raise SimulatedDeviceFull(f"simulated device: {nbytes} bytes do not fit; "
                                            f"{self.bytes_in_use} of {self.capacity_bytes} in use")
             self.bytes_in_use += nbytes
             self.counts["allocations"] += 1
@@ -165,12 +302,15 @@ class SimulatedDevice(Device):
     def total_bytes(self) -> int:
         return self.capacity_bytes
 
-    def use_allocator(self, allocator):
-        self._malloc, self._release = allocator.malloc, allocator.release
+    def memory_pool(self, base=None) -> SimulatedPool:
+        return SimulatedPool(self, base)
+
+    def use_pool(self, pool: SimulatedPool):
+        self._pool = pool
 
     def close(self):
         super().close()
-        self._malloc, self._release = self.allocate, self.free
+        self._pool = self.default_pool
 
     def is_array(self, value) -> bool:
         return isinstance(value, SimulatedArray)
@@ -178,12 +318,13 @@ class SimulatedDevice(Device):
     def adopt(self, host: np.ndarray) -> "SimulatedArray":
         """``host``'s values in a fresh device buffer (how a simulated kernel's output is allocated)."""
         host = np.asarray(host)
-        buffer = self._malloc(host.nbytes)
-        data = buffer[:host.nbytes].view(host.dtype).reshape(host.shape)
+        pool = self._pool
+        block = pool.malloc(host.nbytes)
+        data = block[:host.nbytes].view(host.dtype).reshape(host.shape)
         data[...] = host
         array = SimulatedArray(data, self)
-        # The buffer goes back when the array (and every view of it, which holds it) is gone.
-        weakref.finalize(array, self._release, buffer)
+        # The block goes back to its pool when the array (and every view of it, which holds it) is gone.
+        weakref.finalize(array, pool.free, block)
         return array
 
     def copy_to_device(self, host) -> "SimulatedArray":
@@ -214,7 +355,7 @@ class SimulatedArray(np.lib.mixins.NDArrayOperatorsMixin):
     """An array on a :class:`SimulatedDevice`: numpy values in a device buffer.
 
     numpy functions and operators on it compute with numpy and put the result in a new device
-    buffer (allocated through the device's allocator); views of it share its buffer. It does not
+    buffer (from the device's memory pool); views of it share its buffer. It does not
     convert to numpy implicitly (``np.asarray`` raises, as with cupy): use ``.get()``.
     """
 

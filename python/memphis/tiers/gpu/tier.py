@@ -1,5 +1,5 @@
-"""The GPU tier: device values by lineage key under a budget, with recycled buffers, an allocator
-hook that evicts before an allocation fails, and eviction to the host tier or a drop."""
+"""The GPU tier: device values by lineage key under a budget that the device's memory pool keeps
+(its base allocator evicts before an allocation fails), and eviction to the host tier or a drop."""
 import collections
 import enum
 import logging
@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from memphis.tiers.core import MISSING, OWN, REFUSED, Entry, check_move, remember, wait_for
+from memphis.tiers.core import MISSING, OWN, REFUSED, Entry, check_move, kept_form, remember, wait_for
 
 log = logging.getLogger("memphis.gpu")
 
@@ -22,8 +22,8 @@ class GpuState(enum.Enum):
     COMPUTING: a placeholder; one thread computes (or copies in from the host) the value, others wait.
     CACHED: the value is on the device and counts in bytes_held_gpu.
     EVICTING: being copied to the host tier on the copy stream; askers wait, then find it on the host.
-    An entry that leaves (evicted, dropped, cleared) is released: its buffer goes to the free lists
-    once nobody holds the array, and the key is remembered as SEEN.
+    An entry that leaves (evicted, dropped, cleared) is released: its block goes back to the memory
+    pool once nobody holds the array, and the key is remembered as SEEN.
     """
 
     SEEN = "seen"
@@ -42,106 +42,90 @@ TRANSITIONS = {
 }
 
 
-class Allocator:
-    """Device memory for every array of the device, under ``limit_bytes``; buffers are recycled.
+class DeviceBudget:
+    """memphis' budget over the device's memory pool: the pool's base allocator.
 
-    ``malloc(nbytes)``: (1) a buffer of exactly that size from the free lists (recycled); (2) a fresh
-    one from the device if it stays within the limit; else (3) the failure hook ``evict(need)``
-    evicts cached entries by score until ``need`` bytes can come back, (4) the free lists are
-    released to the device, and it retries; an error of the device's out-of-memory kind only when
-    nothing is left to evict or release. ``release(buffer)`` takes back the buffer of an array that
-    died: it is only queued (no lock), since it runs in finalizers at any point of any thread.
+    The pool (``device.memory_pool(self.allocate)``: cupy's ``MemoryPool``, in C, or the simulated
+    device's :class:`~memphis.tiers.gpu.device.SimulatedPool`) serves every allocation of the
+    device's arrays, recycling the blocks of dead arrays without memphis; only an allocation that
+    needs new memory reaches :meth:`allocate`, with its size already counted in the pool's
+    ``total_bytes()``. There, while the pool would hold more than ``limit_bytes`` (or the device
+    refuses the memory): (1) the pool's free blocks go back to the device (``free_all_blocks``);
+    (2) the failure hook ``evict(need)`` evicts cached entries, lowest score first, whose arrays
+    then die and give their blocks back to the pool, and (1) again; and when nothing is left to
+    release or evict, (3) the device's out-of-memory error names the bytes and the budget.
+    ``pool.total_bytes()`` never exceeds ``limit_bytes`` once an allocation returns.
+
+    ``fresh``: allocations that took new memory (base calls). ``recycled``: allocations the pool
+    served from a free block, counted by the simulated pool only (cupy's pool recycles in C,
+    uncounted: None).
     """
 
     def __init__(self, *, device, limit_bytes: int, cond: threading.Condition, evict: Callable[[int], bool]):
         self.device = device
         self.limit_bytes = int(limit_bytes)
-        self._cond = cond  # the tier's: one lock for the tier and its allocator
+        self._cond = cond  # the tier's: eviction and the budget's counters under one lock
         self._evict = evict
-        # Guarded by the lock: bytes_allocated = bytes of every buffer taken from the device and not
-        # given back (in arrays, in the free lists, or queued), never above limit_bytes; _bytes_free =
-        # bytes in the free lists. _returned is appended to without the lock and drained under it.
-        self._free = collections.defaultdict(list)  # size -> buffers nobody uses
-        self._returned = collections.deque()
-        self.bytes_allocated = 0
-        self._bytes_free = 0
-        self.recycled = 0
         self.fresh = 0
-        self.closed = False
+        self.pool = device.memory_pool(self.allocate)
 
-    def malloc(self, nbytes: int):
+    def allocate(self, nbytes: int):
+        """The pool's base allocator: new device memory for ``nbytes`` (already in the pool's total)."""
         with self._cond:
-            self._drain()
             device_full = False
             while True:
-                if self._free.get(nbytes):
-                    self._bytes_free -= nbytes
-                    self.recycled += 1
-                    return self._free[nbytes].pop()
-                if self.bytes_allocated + nbytes <= self.limit_bytes:
+                held = self.pool.total_bytes()
+                if held <= self.limit_bytes and not device_full:
                     try:
-                        buffer = self.device.allocate(nbytes)
-                    except self.device.out_of_memory_errors:
+                        memory = self.device.allocate(nbytes)
+                    except Exception as error:
+                        if not self.device.is_full(error):
+                            raise
                         device_full = True  # others use the device too, or it is smaller than the budget
                     else:
-                        self.bytes_allocated += nbytes
                         self.fresh += 1
-                        return buffer
-                over = self.bytes_allocated + nbytes - self.limit_bytes
-                need = (max(over, nbytes) if device_full else over) - self._bytes_free
-                if need > 0 and self._evict(need):  # their buffers come back unless someone holds them
-                    self._drain()
-                    continue
-                if self._bytes_free:
-                    self.release_free()
+                        return memory
+                if self.release_free():
                     device_full = False
                     continue
-                raise self.device.out_of_memory(nbytes, f"{self.bytes_allocated} of {self.limit_bytes} budget bytes "
-                                                        "are held by live arrays; nothing left to evict or release")
+                over = held - self.limit_bytes
+                if self._evict(max(over, nbytes) if device_full else over):
+                    device_full = False  # their blocks are back in the pool: released on the next round
+                    continue
+                raise self.device.out_of_memory(nbytes, held=held - nbytes,
+                                                limit=0 if held <= self.limit_bytes else self.limit_bytes)
+
+    @property
+    def bytes_in_pool(self) -> int:
+        """Bytes the pool holds: live arrays, cached values and free blocks (≤ ``limit_bytes``)."""
+        return self.pool.total_bytes()
 
     @property
     def bytes_free(self) -> int:
-        """Bytes in the free lists (buffers of dead arrays, ready to be recycled)."""
-        with self._cond:
-            self._drain()
-            return self._bytes_free
+        """Bytes in the pool's free blocks (of dead arrays, ready to be recycled)."""
+        return self.pool.free_bytes()
 
-    def release(self, buffer):
-        if self.closed:
-            self.device.free(buffer)
-        else:
-            self._returned.append(buffer)
-
-    def _drain(self):
-        while self._returned:
-            buffer = self._returned.popleft()
-            size = _buffer_size(buffer)
-            self._free[size].append(buffer)
-            self._bytes_free += size
+    @property
+    def recycled(self) -> Optional[int]:
+        return getattr(self.pool, "recycled", None)
 
     def release_free(self) -> int:
-        """Gives every free-listed buffer back to the device; returns the bytes released."""
-        with self._cond:
-            self._drain()
-            released = self._bytes_free
-            for buffers in self._free.values():
-                for buffer in buffers:
-                    self.device.free(buffer)
-            self._free.clear()
-            self.bytes_allocated -= released
-            self._bytes_free = 0
-            if released:
-                log.debug("released %d free-listed bytes to the device", released)
-            return released
+        """Gives the pool's free blocks back to the device; returns the bytes released (cupy keeps
+        the free parts of a block that is partly in use)."""
+        before = self.pool.total_bytes()
+        self.pool.free_all_blocks()
+        released = before - self.pool.total_bytes()
+        if released > 0:
+            log.debug("released %d bytes of free blocks to the device", released)
+        return max(released, 0)
 
     def close(self):
-        with self._cond:
-            self.release_free()
-            self.closed = True
-
-
-def _buffer_size(buffer) -> int:
-    return int(buffer.nbytes if hasattr(buffer, "nbytes") else buffer.size)  # numpy buffer, cupy Memory
+        """Gives the free blocks back; on the simulated device blocks of arrays that die later too."""
+        close = getattr(self.pool, "close", None)
+        if close is not None:
+            close()
+        else:
+            self.pool.free_all_blocks()  # cupy: blocks of arrays that die later go back with the pool
 
 
 def device_nbytes(value) -> Optional[int]:
@@ -161,12 +145,13 @@ class GpuTier:
     Delayed caching: a key's first occurrence is remembered (SEEN), its value is not kept; the 2nd
     occurrence caches it; later ones hit. A key evicted before, and transfers (``delayed=False``),
     are cached at once. On a miss the host tier is asked first: a value it holds is copied in
-    rather than recomputed. All device arrays are allocated through :class:`Allocator`: buffers of
-    arrays that died (released entries among them) are recycled for allocations of the same size,
-    and an allocation that would exceed the budget first evicts entries, lowest score
-    ``(1+hits+misses)·cost/size`` first: copied to the host tier on the copy stream when recomputing
-    costs more than the copy, else dropped. ``release_free()`` drops the free lists (phase changes).
-    States and moves: :class:`GpuState` and ``TRANSITIONS``.
+    rather than recomputed. The device's arrays come from its memory pool (cupy's, in C), which
+    recycles the blocks of dead arrays (released entries among them); :class:`DeviceBudget` is the
+    pool's base allocator: new memory that would take the pool past the budget first releases the
+    pool's free blocks, then evicts entries, lowest score ``(1+hits+misses)·cost/size`` first:
+    copied to the host tier on the copy stream when recomputing costs more than the copy, else
+    dropped. ``release_free()`` gives the free blocks back (phase changes). :meth:`traced` is the
+    lean way in of traced operations. States and moves: :class:`GpuState` and ``TRANSITIONS``.
 
     Examples
     --------
@@ -182,12 +167,12 @@ class GpuTier:
         self.device = device
         self.budget_bytes = int(budget_bytes)
         self._host = host  # the host tier (a function: it can be reconfigured), None: drop on eviction
-        # One lock guards the tier and its allocator. Invariants while it is free: bytes_held is the
+        # One lock guards the tier and its budget. Invariants while it is free: bytes_held is the
         # sum of the sizes of CACHED and EVICTING entries; a COMPUTING entry has an owner thread and
         # no value; _evicting counts EVICTING entries, each with one copy queued on the copy stream;
         # a key is in _history (SEEN) or in _entries, never both.
         self._cond = threading.Condition(threading.RLock())
-        self.allocator = Allocator(device=device, limit_bytes=budget_bytes, cond=self._cond, evict=self._evict)
+        self.budget = DeviceBudget(device=device, limit_bytes=budget_bytes, cond=self._cond, evict=self._evict)
         self._entries = {}
         self._history = collections.OrderedDict()  # SEEN key -> its hits + misses so far
         self.bytes_held = 0
@@ -195,13 +180,33 @@ class GpuTier:
         self._counts = dict.fromkeys(("gpu_hits", "gpu_misses", "evicted_to_host", "gpu_deleted", "refused"), 0)
         self.eviction_s = 0.0
         device.tier = self
-        device.use_allocator(self.allocator)
+        device.use_pool(self.budget.pool)
 
-    # --- the one way in -----------------------------------------------------------------------
+    # --- the ways in ---------------------------------------------------------------------------
+
+    def traced(self, key: str, item, compute: Callable):
+        """(value, the item it is kept under or None): the lean path of a traced device operation.
+
+        A hit is a probe under the lock; anything else goes through :meth:`get_or_compute` (delayed
+        caching: kept from the key's second occurrence on)."""
+        with self._cond:
+            entry = self._entries.get(key)
+            if entry is not None and entry.state is GpuState.CACHED and (entry.item is None or entry.item == item):
+                entry.hits += 1
+                entry.last_access = time.monotonic()
+                self._counts["gpu_hits"] += 1
+                return entry.value, entry.item
+        value, entry = self._get(key, compute, item, "", True)
+        return value, entry.item if entry is not None else None
 
     def get_or_compute(self, key: str, compute: Callable, *, item=None, opcode: str = "", delayed: bool = True):
         """(value, held): the device value under ``key``, cached, copied in from the host or computed;
         ``held`` says whether the tier keeps it (the caller then cuts its trace there)."""
+        value, entry = self._get(key, compute, item, opcode, delayed)
+        return value, entry is not None
+
+    def _get(self, key, compute, item, opcode, delayed):
+        """(value, the entry that holds it or None)."""
         with self._cond:
             # It waits while the entry is COMPUTING elsewhere, or EVICTING: then it is found on the host.
             entry, found = wait_for(self._cond, self._entries, key, item, ready=(GpuState.CACHED,),
@@ -215,7 +220,7 @@ class GpuTier:
                 else:
                     check_move(TRANSITIONS, GpuState.SEEN if seen is not None else None, GpuState.COMPUTING)
                     self._history.pop(key, None)
-                    entry = Entry(key, item, opcode or getattr(item, "opcode", ""), GpuState.COMPUTING,
+                    entry = Entry(key, kept_form(item), opcode or getattr(item, "opcode", ""), GpuState.COMPUTING,
                                   owner=threading.get_ident(), misses=(seen or 0) + 1)
                     self._entries[key] = entry
             elif found is REFUSED:
@@ -227,7 +232,7 @@ class GpuTier:
                 entry.hits += 1
                 entry.last_access = time.monotonic()
                 self._counts["gpu_hits"] += 1
-                return entry.value, True
+                return entry.value, entry
         try:
             value, cost = self._produce(key, item, compute, timed=entry is not None)
         except BaseException:
@@ -236,9 +241,9 @@ class GpuTier:
                     self._release(entry, "its computation failed")
             raise
         if entry is None:
-            return value, False
+            return value, None
         with self._cond:
-            return value, self._store(entry, value, cost)
+            return value, entry if self._store(entry, value, cost) else None
 
     def _produce(self, key, item, compute, *, timed: bool):
         """The value from the host tier (one copy in) or computed; the seconds it took to compute."""
@@ -297,7 +302,7 @@ class GpuTier:
         return True
 
     def _release(self, entry: Entry, reason: str):
-        """Takes ``entry`` out (its buffer is freed into the free lists when no array holds it) and
+        """Takes ``entry`` out (its block goes back to the pool when no array holds it) and
         remembers the key as SEEN with its access counts; waiters wake up."""
         if entry.state in (GpuState.CACHED, GpuState.EVICTING):
             self.bytes_held -= entry.size
@@ -309,7 +314,7 @@ class GpuTier:
         log.debug("released %s (%s): %s", entry.key, entry.opcode, reason)
 
     def _evict(self, need: int) -> bool:
-        """The allocator's failure hook: evicts CACHED entries, lowest score first, until their sizes
+        """The budget's failure hook: evicts CACHED entries, lowest score first, until their sizes
         add up to ``need`` bytes, and waits for their copies to the host; says whether any left."""
         start = time.perf_counter()
         victims = sorted((e for e in self._entries.values() if e.state is GpuState.CACHED),
@@ -356,7 +361,7 @@ class GpuTier:
         with self._cond:
             counts = dict(self._counts)
             counts.pop("refused")
-            counts.update(recycled_allocations=self.allocator.recycled, fresh_allocations=self.allocator.fresh,
+            counts.update(recycled_allocations=self.budget.recycled or 0, fresh_allocations=self.budget.fresh,
                           bytes_held_gpu=self.bytes_held, eviction_time_ms=round(self.eviction_s * 1000, 3))
         counts["copies_to_device"] = self.device.counts["copies_to_device"]
         counts["copies_to_host"] = self.device.counts["copies_to_host"]
@@ -368,8 +373,9 @@ class GpuTier:
             return [e.row("gpu") for e in self._entries.values()]
 
     def release_free(self) -> int:
-        """Gives the free lists back to the device (between phases whose sizes differ); returns the bytes."""
-        return self.allocator.release_free()
+        """Gives the pool's free blocks back to the device (between phases whose sizes differ); returns the bytes."""
+        with self._cond:
+            return self.budget.release_free()
 
     def clear(self):
         """Releases every entry that is not being computed and forgets seen keys; counters go on."""
@@ -380,8 +386,8 @@ class GpuTier:
             self._history.clear()
 
     def close(self):
-        """Clears the tier, gives all its memory back and hands allocation back to the device."""
+        """Clears the tier, gives its free blocks back and the device's arrays to its default pool."""
         self.clear()
-        self.allocator.close()
+        self.budget.close()
         self.device.close()
         self.device.tier = None
