@@ -197,7 +197,7 @@ class GpuMachine(RuleBasedStateMachine):
         self.device = SimulatedDevice(capacity_bytes=8_000)
         self.tier = GpuTier(device=self.device, budget_bytes=self.BUDGET, host=lambda: self.host)
         self.moves = recorded_moves(self.tier, GPU_TRANSITIONS)
-        self.live = []  # device arrays the "user" still holds: their buffers cannot be recycled
+        self.live = []  # device arrays the "user" still holds: their blocks cannot be recycled
         self.asks = 0
         self.failures = 0
 
@@ -255,8 +255,7 @@ class GpuMachine(RuleBasedStateMachine):
         entries = self.tier._entries.values()
         assert all(e.state is GpuState.CACHED for e in entries)  # no placeholder, no eviction in flight
         assert self.tier.bytes_held == sum(e.size for e in entries) <= self.BUDGET
-        assert self.tier.allocator.bytes_allocated <= self.BUDGET
-        assert self.device.bytes_in_use <= self.device.capacity_bytes
+        assert self.device.bytes_in_use == self.tier.budget.bytes_in_pool <= self.BUDGET  # the pool holds it all
         assert not set(self.tier._entries) & set(self.tier._history)  # SEEN or an entry, never both
         assert self.host.bytes_held <= self.host.max_bytes
         for k, entry in self.tier._entries.items():

@@ -72,28 +72,26 @@ class DeviceBudget:
     def allocate(self, nbytes: int):
         """The pool's base allocator: new device memory for ``nbytes`` (already in the pool's total)."""
         with self._cond:
-            device_full = False
             while True:
                 held = self.pool.total_bytes()
-                if held <= self.limit_bytes and not device_full:
+                if held <= self.limit_bytes:
                     try:
                         memory = self.device.allocate(nbytes)
                     except Exception as error:
                         if not self.device.is_full(error):
-                            raise
-                        device_full = True  # others use the device too, or it is smaller than the budget
+                            raise  # others use the device too, or it is smaller than the budget: go on
                     else:
                         self.fresh += 1
                         return memory
                 if self.release_free():
-                    device_full = False
                     continue
-                over = held - self.limit_bytes
-                if self._evict(max(over, nbytes) if device_full else over):
-                    device_full = False  # their blocks are back in the pool: released on the next round
+                # Over the budget by what the pool would hold too much; or the device lacks room.
+                need = held - self.limit_bytes if held > self.limit_bytes else nbytes - self.device.free_bytes()
+                if self._evict(max(need, 1)):
+                    self.release_free()  # the evicted entries' blocks, back in the pool once their arrays died
                     continue
                 raise self.device.out_of_memory(nbytes, held=held - nbytes,
-                                                limit=0 if held <= self.limit_bytes else self.limit_bytes)
+                                                limit=self.limit_bytes if held > self.limit_bytes else 0)
 
     @property
     def bytes_in_pool(self) -> int:
