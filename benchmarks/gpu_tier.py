@@ -19,11 +19,11 @@ Workloads (MEMPHIS §8.2, 12b and PCA pipelines, scaled down):
 Modes:
 - ``cupy`` (on the simulated device ``plain``): plain device arrays allocated as a user's are by
   default: through cupy's default memory pool, which keeps freed blocks for later allocations (on
-  the simulated device, a pool like it that keeps freed buffers for allocations of the same size).
-  Each run starts with an empty pool, as memphis' runs start with an empty allocator. (The old
-  ``no reuse`` mode, cupy with its pool off, is gone: no user runs cupy that way, and the question
-  it answered, what recycling buffers buys, is inside this baseline now.)
-- ``memphis``: traced device arrays, the GPU tier with its default budget and its allocator.
+  the simulated device, a plain ``SimulatedPool``, which behaves like it). Each run starts with an
+  empty pool, as memphis' runs start with an empty one. (The old ``no reuse`` mode, cupy with its
+  pool off, is gone: no user runs cupy that way.)
+- ``memphis``: traced device arrays, the GPU tier with its default budget: a pool of the same kind
+  (cupy's ``MemoryPool``), with memphis' budget as its base allocator.
 - ``memphis, tight budget``: the same with the budget (``memphis.gpu.configure(budget_bytes=...)``)
   at the plain run's peak device bytes plus half of what memphis' cache adds to it, so that cached
   values are evicted (to the host tier when recomputing them costs more than the copy).
@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 
 import numpy as np
@@ -130,14 +129,12 @@ def make_device(kind: str, capacity_bytes: int):
 
 class PlainPool:
     """How plain device arrays are allocated by default, installed on ``device``: cupy's default
-    memory pool, emptied first; on the simulated device a pool like it (memphis' Allocator with
-    nothing to evict: freed buffers are kept for allocations of the same size)."""
+    memory pool, emptied first; on the simulated device a plain ``SimulatedPool`` (no budget)."""
 
     def __init__(self, device):
         self.device = device
         if device.simulated:
-            self._pool = memphis.gpu.Allocator(device=device, limit_bytes=device.capacity_bytes,
-                                               cond=threading.Condition(), evict=lambda need: False)
+            self._pool = device.memory_pool()
         else:
             import cupy
 
@@ -146,22 +143,14 @@ class PlainPool:
         self.install()
 
     def install(self):
-        if self.device.simulated:
-            self.device.use_allocator(self._pool)
-        else:
-            import cupy
-
-            cupy.cuda.set_allocator(self._pool.malloc)
+        self.device.use_pool(self._pool)  # cupy: cupy.cuda.set_allocator(pool.malloc)
 
     def peak_bytes(self) -> int:
         """Device bytes the pool took (it keeps what it took: its high-water mark)."""
-        return self._pool.bytes_allocated if self.device.simulated else self._pool.total_bytes()
+        return self._pool.total_bytes()
 
     def close(self):
-        if self.device.simulated:
-            self._pool.close()
-        else:
-            self._pool.free_all_blocks()
+        self._pool.free_all_blocks()
 
 
 class Mode:
@@ -184,7 +173,7 @@ class Mode:
         return memphis.gpu.to_host(value).numpy() if self.tier else self.device.copy_to_host(value)
 
     def peak_bytes(self) -> int:
-        return self.tier.allocator.bytes_allocated if self.tier else self.pool.peak_bytes()
+        return self.tier.budget.bytes_in_pool if self.tier else self.pool.peak_bytes()
 
     def counters(self):
         counts = {k: self.device.counts[k] for k in ("copies_to_device", "copies_to_host", "bytes_to_host")}
@@ -192,7 +181,9 @@ class Mode:
         if self.tier is not None:
             stats = self.tier.stats()
             counts.update(budget_bytes=self.tier.budget_bytes, gpu_hits=stats["gpu_hits"],
-                          recycled=stats["recycled_allocations"], fresh=stats["fresh_allocations"],
+                          # cupy's pool recycles in C, uncounted: left blank there
+                          recycled=stats["recycled_allocations"] if self.device.simulated else None,
+                          fresh=stats["fresh_allocations"],
                           evicted_to_host=stats["evicted_to_host"], gpu_deleted=stats["gpu_deleted"],
                           eviction_time_ms=stats["eviction_time_ms"])
         return counts

@@ -20,7 +20,8 @@ Modes, per operation and size, each timed over a batch of calls on distinct inpu
 device (``--device cupy``; ``simulated`` checks that code path without a GPU and times only CPU
 work) the inputs live on the device and the GPU tier serves the hits; its miss is an operation's
 first occurrence (the tier keeps a result from its second on), and plain runs allocate through
-cupy's default pool while memphis' runs allocate through the GPU tier's allocator.
+cupy's default pool while memphis' runs allocate through the GPU tier's pool (a pool of the same
+kind, with memphis' budget as its base allocator).
 
 Thread settings, each measured in a child process whose BLAS threads are set before numpy loads:
 ``single`` (1 thread) and ``busy`` (BLAS threads = cores, and a CPU-burning process per core running
@@ -114,7 +115,7 @@ class Backend:
             if mode == "plain":
                 self.pool.install()
             else:
-                self.device.use_allocator(self.tier.allocator)
+                self.device.use_pool(self.tier.budget.pool)
 
     def synchronize(self):
         if self.device is not None:

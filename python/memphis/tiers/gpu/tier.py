@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from memphis.tiers.core import MISSING, OWN, REFUSED, Entry, check_move, kept_form, remember, wait_for
+from memphis.tiers.core import MISSING, OWN, READY, REFUSED, Entry, check_move, kept_form, remember, wait_for
 
 log = logging.getLogger("memphis.gpu")
 
@@ -183,17 +183,10 @@ class GpuTier:
     # --- the ways in ---------------------------------------------------------------------------
 
     def traced(self, key: str, item, compute: Callable):
-        """(value, the item it is kept under or None): the lean path of a traced device operation.
+        """(value, the item it is kept under or None): the way in of a traced device operation.
 
-        A hit is a probe under the lock; anything else goes through :meth:`get_or_compute` (delayed
-        caching: kept from the key's second occurrence on)."""
-        with self._cond:
-            entry = self._entries.get(key)
-            if entry is not None and entry.state is GpuState.CACHED and (entry.item is None or entry.item == item):
-                entry.hits += 1
-                entry.last_access = time.monotonic()
-                self._counts["gpu_hits"] += 1
-                return entry.value, entry.item
+        One pass under the lock: a hit is a probe; a miss is remembered (its first occurrence) or
+        computed and kept (delayed caching), as in :meth:`get_or_compute`."""
         value, entry = self._get(key, compute, item, "", True)
         return value, entry.item if entry is not None else None
 
@@ -206,9 +199,14 @@ class GpuTier:
     def _get(self, key, compute, item, opcode, delayed):
         """(value, the entry that holds it or None)."""
         with self._cond:
-            # It waits while the entry is COMPUTING elsewhere, or EVICTING: then it is found on the host.
-            entry, found = wait_for(self._cond, self._entries, key, item, ready=(GpuState.CACHED,),
-                                    computing=GpuState.COMPUTING)
+            entry = self._entries.get(key)
+            if entry is None:
+                found = MISSING
+            elif entry.state is GpuState.CACHED and (item is None or entry.item is None or entry.item == item):
+                found = READY
+            else:  # it waits while the entry is COMPUTING elsewhere, or EVICTING: then it is found on the host
+                entry, found = wait_for(self._cond, self._entries, key, item, ready=(GpuState.CACHED,),
+                                        computing=GpuState.COMPUTING)
             if found is MISSING:
                 self._counts["gpu_misses"] += 1
                 seen = self._history.get(key)
@@ -250,10 +248,11 @@ class GpuTier:
         if found is not None and device_nbytes(found[0]) is not None:
             log.debug("copied %s in from the host tier", key)
             return self.device.copy_to_device(found[0]), found[1]
+        if not timed:  # kernels run asynchronously: only a value about to be kept is waited for and timed
+            return compute(), 0.0
         start = time.perf_counter()
         value = compute()
-        if timed:  # kernels run asynchronously: only a value about to be kept is waited for and timed
-            self.device.synchronize()
+        self.device.synchronize()
         return value, time.perf_counter() - start
 
     def copy_out(self, key: str, *, item=None):
