@@ -52,6 +52,25 @@ def test_repeated_minibatches_are_served_from_the_gpu_tier(gpu_tier):
     assert gpu.stats()["copies_to_device"] == distinct + len(occurrences) + 3
 
 
+def test_traced_device_work_is_seen_then_kept_then_served_by_a_probe(gpu_tier, device):
+    gpu = gpu_tier(64 * MB)
+    X = to_device(np.arange(1000.0).reshape(100, 10))
+    Y = to_device(np.ones((100, 10)))
+    before = gpu.stats()
+    products = [X.T @ Y for _ in range(4)]
+    stats = gpu.stats()
+    assert stats["gpu_misses"] - before["gpu_misses"] == 2  # seen, then kept
+    assert stats["gpu_hits"] - before["gpu_hits"] == 2
+    key = products[0].lineage.key
+    assert gpu.state_of(key) is GpuState.CACHED
+    # A kept result carries the entry's cut item: its trace stops there; the first one's does not.
+    assert [p.lineage.height for p in products] == [3, 2, 2, 2]
+    assert products[2].numpy() is products[3].numpy()  # the same device array, not a recomputation
+    expected = np.arange(1000.0).reshape(100, 10).T @ np.ones((100, 10))
+    for p in products:
+        np.testing.assert_array_equal(host(p), expected)
+
+
 def test_pressure_never_exceeds_the_budget_and_evicts_by_score(gpu_tier, device):
     budget = 6 * MB
     gpu = gpu_tier(budget)
