@@ -224,6 +224,25 @@ def test_a_full_device_is_handled_like_the_budget():
         memphis.gpu.configure(device="none")
 
 
+def test_the_copy_stream_lets_go_of_a_value_before_it_reports_the_copy():
+    import threading
+    import weakref
+
+    device = SimulatedDevice(capacity_bytes=MB)
+    gate = threading.Event()  # the copy starts once the caller has let go of the value too
+    stream = memphis.gpu.CopyStream(lambda value: gate.wait() and device.copy_to_host(value))
+    value = device.copy_to_device(np.arange(8.0))
+    ref, seen = weakref.ref(value), []
+    future = stream.submit(value, lambda result, error: seen.append((ref() is None, result, error)))
+    del value
+    gate.set()
+    future.result()
+    stream.close()
+    [(dead, result, error)] = seen
+    assert dead and error is None and result.tolist() == list(range(8))
+    assert device.default_pool.free_bytes() == 64  # its block is back in the pool
+
+
 def test_the_simulated_pool_behaves_like_cupys():
     device = SimulatedDevice(capacity_bytes=MB)
     calls = []

@@ -17,7 +17,8 @@ class CopyStream:
     """Device → host copies off the caller's thread, one after another in submission order (a stream).
 
     ``copy(value) -> numpy`` is the device's copy on its own stream (cupy: a ``cupy.cuda.Stream``);
-    ``done(result, error)`` runs on the stream's thread when the copy is over.
+    ``done(result, error)`` runs on the stream's thread when the copy is over, the stream no longer
+    holding ``value``: an eviction that waits for it finds the block back in the pool.
     """
 
     def __init__(self, copy):
@@ -31,9 +32,12 @@ class CopyStream:
                 self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="memphis-copy")
             worker = self._worker
 
+        held = [value]
+        del value
+
         def run():
             try:
-                result = self._copy(value)
+                result = self._copy(held.pop())
             except BaseException as error:  # the waiter decides; the stream goes on
                 done(None, error)
                 return
