@@ -200,8 +200,8 @@ class SimulatedPool:
         for attempt in range(3):
             try:
                 return self._base(nbytes)
-            except SimulatedDeviceFull:
-                if attempt == 2:
+            except Exception as error:
+                if attempt == 2 or not self.device.is_full(error):
                     raise
                 if attempt == 1:
                     gc.collect()
@@ -301,6 +301,9 @@ class SimulatedDevice(Device):
         with self._counts_lock:
             self.bytes_in_use -= buffer.nbytes
             self.counts["frees"] += 1
+
+    def is_full(self, error) -> bool:
+        return isinstance(error, SimulatedDeviceFull)
 
     def free_bytes(self) -> int:
         return self.capacity_bytes - self.bytes_in_use
