@@ -123,7 +123,7 @@ class DeviceBudget:
         if close is not None:
             close()
         else:
-            self.pool.free_all_blocks()  # cupy: blocks of arrays that die later go back with the pool
+            self.pool.free_all_blocks()  # cupy: blocks of arrays that die later return to it, freed when it goes
 
 
 def device_nbytes(value) -> Optional[int]:
