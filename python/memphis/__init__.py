@@ -10,6 +10,7 @@ from memphis.errors import MemphisConfigError, MemphisSetupError
 from memphis.lineage import explain_key, lineage_key
 from memphis.local import array, broadcast, collect, reuse
 from memphis.session import clear, configure_spark, entries, session, stats
+from memphis import sklearn  # memphis.sklearn.memory(), scikit-learn's memory= (it imports no scikit-learn)
 
 __all__ = [
     "ActionFailed",
@@ -30,5 +31,6 @@ __all__ = [
     "reuse",
     "run_all",
     "session",
+    "sklearn",
     "stats",
 ]
