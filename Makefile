@@ -61,6 +61,7 @@ bench: $(VENV)/.installed
 	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py --host-budget 400k --skip joblib,joblib_second_process \
 		--workloads grid_10_lambda,cv_4fold_10_lambda,pca_k_sweep,ensemble_weights --no-systemds --no-spark \
 		--out $(RESULTS)/ml_pressure
+	$(ONE_BLAS) $(PY) benchmarks/sklearn_pipelines.py
 	$(PY) benchmarks/tracing_overhead.py
 	$(ONE_BLAS) $(PY) benchmarks/gpu_tier.py --device simulated
 	$(PY) benchmarks/run_all.py
@@ -81,6 +82,7 @@ bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --quick --out $(QUICK)
 	$(PY) benchmarks/run.py --quick --pressure --workload tpch_session --out $(QUICK)
 	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py --quick --out $(QUICK)
+	$(ONE_BLAS) $(PY) benchmarks/sklearn_pipelines.py --quick --out $(QUICK)
 	$(PY) benchmarks/tracing_overhead.py --quick --out $(QUICK)
 	$(ONE_BLAS) $(PY) benchmarks/gpu_tier.py --quick --out $(QUICK)
 	$(PY) benchmarks/run_all.py --quick --out $(QUICK)

@@ -5,6 +5,7 @@ import collections
 import copy
 import logging
 import pickle
+import sys
 import threading
 import time
 
@@ -402,6 +403,19 @@ def test_a_transformer_returning_its_input_leaves_the_callers_array_writeable(lo
     changed = Pipeline(steps(), memory=memphis.sklearn.memory()).fit(X, y).predict(X)
     assert np.array_equal(changed, Pipeline(steps()).fit(X, y).predict(X)) and not np.array_equal(changed, first)
     assert counters("misses", "hits") == {"misses": 2, "hits": 0}
+
+
+def test_a_class_redefined_with_other_code_keys_anew(local_tier, monkeypatch):
+    X, _ = regression()
+    fit = memphis.sklearn.memory().cache(fit_transform)
+    for factor in (2.0, 3.0):  # as a notebook cell run again after an edit: same module, same name
+        namespace = {}
+        exec(f"class Scaled(TransformerMixin, BaseEstimator):\n"
+             f"    def fit(self, X, y=None):\n        return self\n"
+             f"    def transform(self, X):\n        return np.asarray(X) * {factor}\n", dict(globals()), namespace)
+        monkeypatch.setattr(sys.modules[__name__], "Scaled", namespace["Scaled"], raising=False)  # so it pickles
+        assert np.array_equal(fit(namespace["Scaled"](), X, None)[0], X * factor)
+    assert counters("misses", "hits", "refused") == {"misses": 2, "hits": 0, "refused": 0}
 
 
 # --- the memory contract ---------------------------------------------------------------------------
