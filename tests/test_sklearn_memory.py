@@ -318,6 +318,15 @@ def test_pandas_output_comes_back_as_frames(local_tier):
     assert counters("misses", "hits") == {"misses": 1, "hits": 1}
 
 
+def test_a_step_that_writes_in_place_gets_the_read_only_xt_and_answers_right(local_tier):
+    X, y = regression()
+    steps = lambda: [("scale", CountingScaler()), ("in_place", StandardScaler(copy=False)), ("ridge", Ridge())]  # noqa: E731
+    plain = Pipeline(steps()).fit(X.copy(), y).predict(X)
+    for _ in range(2):  # a miss and a hit hand on the same read-only Xt
+        assert np.array_equal(Pipeline(steps(), memory=memphis.sklearn.memory()).fit(X, y).predict(X), plain)
+    assert counters("misses", "hits") == {"misses": 2, "hits": 2}
+
+
 # --- what cannot be reused -------------------------------------------------------------------------
 
 def test_a_transformer_whose_parameters_change_while_fitting_is_not_reused(local_tier, caplog):
@@ -379,6 +388,17 @@ def test_a_parameter_without_a_key_is_computed_counted_and_said(local_tier, capl
     assert sum(FITS.values()) == 2 * fits
     assert counters("hits", "refused", "internal_errors") == {"hits": 0, "refused": fits, "internal_errors": 0}
     assert f"Shifted.option: no literal form for {type(option).__name__}" in caplog.text
+
+
+def test_a_result_that_cannot_be_pickled_is_computed_and_not_held(local_tier, caplog):
+    X, y = regression()
+    steps = lambda: [("double", FunctionTransformer(lambda X: X * 2.0)), ("ridge", Ridge())]  # noqa: E731
+    with caplog.at_level(logging.DEBUG, logger="memphis.sklearn"):
+        for _ in range(2):
+            cached = Pipeline(steps(), memory=memphis.sklearn.memory()).fit(X, y)
+    assert np.array_equal(cached.predict(X), Pipeline(steps()).fit(X, y).predict(X))
+    assert counters("hits", "refused", "internal_errors") == {"hits": 0, "refused": 2, "internal_errors": 0}
+    assert "its result cannot be held" in caplog.text
 
 
 def test_a_held_result_whose_signature_does_not_verify_is_never_unpickled(local_tier, monkeypatch):
