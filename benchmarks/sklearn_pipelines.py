@@ -29,7 +29,6 @@ around those functions), and memphis's hits and misses. Writes sklearn_pipelines
 sklearn_pipelines.md to --out. --quick: 3 000 rows, every mode once (timings mean nothing).
 """
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -42,7 +41,8 @@ import numpy as np
 import memphis.local
 import memphis.sklearn
 from memphis.backends import numpy_backend
-from rigor import DEFAULT_REPEATS, provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary
+from rigor import (DEFAULT_REPEATS, provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary,
+                   write_results)
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MODES = ("none", "joblib", "memphis")
@@ -146,21 +146,19 @@ def main(argv=None):
     report = {"benchmark": "sklearn_pipelines", "rows": rows, "folds": FOLDS, "quick": args.quick,
               "answers_equal": True, "cases": {}, "provenance": provenance()}  # the code that runs, before it runs
     with (tempfile.TemporaryDirectory(prefix="memphis-sklearn-pipelines-") as scratch,
-          Stopwatch(joblib.hashing, "hash") as joblib_hashing, Stopwatch(numpy_backend, "content_digest") as memphis_hashing):
+          Stopwatch(joblib.hashing, "hash") as joblib_hashing,
+          Stopwatch(numpy_backend, "content_digest") as memphis_hashing):
         hashing = {"joblib": joblib_hashing, "memphis": memphis_hashing}
         for name in names:
             case = CASES[name](rows)
-            samples = run_checked(MODES, lambda mode, i: run(case, mode, scratch, hashing.get(mode)), repeats=args.repeats,
-                                  quick=args.quick, desc=f"sklearn {name}")
+            samples = run_checked(MODES, lambda mode, i: run(case, mode, scratch, hashing.get(mode)),
+                                  repeats=args.repeats, quick=args.quick, desc=f"sklearn {name}")
             report["cases"][name] = {
                 "candidates": int(np.prod([len(v) for v in case[1].values()])),
                 "modes": {m: {**seconds_summary(s), "hashing_s": float(np.median([x["hashing_seconds"] for x in s])),
                               **{k: s[-1][k] for k in ("hits", "misses", "refused")}} for m, s in samples.items()},
                 "ratios": {**ratios_to(samples, "none"), **ratios_to(samples, "joblib")},
                 "runs_per_mode": min(len(s) for s in samples.values())}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "sklearn_pipelines.json"), "w") as f:
-        json.dump(report, f, indent=2)
     lines = [f"# GridSearchCV over scikit-learn Pipelines ({rows:,} rows, {FOLDS} folds): no memory, joblib.Memory, "
              "memphis", "", "| case | memory | seconds, median [95 % interval] | time / none's | time / joblib's "
              "| hashing s (median) | memphis hits / misses |", "|---|---|---:|---:|---:|---:|---:|"]
@@ -174,9 +172,7 @@ def main(argv=None):
               f"{runs_text(args.quick, min(r['runs_per_mode'] for r in report['cases'].values()))}, each from "
               "empty caches; one job, one BLAS thread. Hashing: seconds inside joblib.hashing.hash (joblib) or "
               "memphis's content hash (memphis) per run.", "", provenance_line(report["provenance"])]
-    with open(os.path.join(args.out, "sklearn_pipelines.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, "sklearn_pipelines", report, lines)
     return 0
 
 

@@ -185,8 +185,8 @@ def test_a_search_over_scaler_pca_ridge_answers_as_without_memory_and_fits_each_
 
 def test_a_search_over_a_feature_selection_pipeline_answers_as_without_memory(local_tier):
     X, y = classification()
-    steps = lambda: [("poly", CountingPoly(degree=2, include_bias=False)), ("select", CountingSelect(f_classif)),  # noqa: E731
-                     ("logistic", LogisticRegression())]
+    steps = lambda: [("poly", CountingPoly(degree=2, include_bias=False)),  # noqa: E731
+                     ("select", CountingSelect(f_classif)), ("logistic", LogisticRegression())]
     grid = {"select__k": [3, 6, 10], "logistic__C": [0.1, 1.0]}
     plain = search(steps(), grid, X, y, None)
     FITS.clear()
@@ -320,7 +320,8 @@ def test_pandas_output_comes_back_as_frames(local_tier):
 
 def test_a_step_that_writes_in_place_gets_the_read_only_xt_and_answers_right(local_tier):
     X, y = regression()
-    steps = lambda: [("scale", CountingScaler()), ("in_place", StandardScaler(copy=False)), ("ridge", Ridge())]  # noqa: E731
+    steps = lambda: [("scale", CountingScaler()), ("in_place", StandardScaler(copy=False)),  # noqa: E731
+                     ("ridge", Ridge())]
     plain = Pipeline(steps()).fit(X.copy(), y).predict(X)
     for _ in range(2):  # a miss and a hit hand on the same read-only Xt
         assert np.array_equal(Pipeline(steps(), memory=memphis.sklearn.memory()).fit(X, y).predict(X), plain)
@@ -482,8 +483,9 @@ def test_imbalanced_learns_pipeline_resamples_once_per_fold(local_tier):
     from imblearn.under_sampling import RandomUnderSampler
 
     X, y = classification()
-    steps = lambda: [("under", RandomUnderSampler(random_state=0)), ("poly", CountingPoly(include_bias=False)),  # noqa: E731
-                     ("select", CountingSelect(f_classif)), ("logistic", LogisticRegression())]
+    steps = lambda: [("under", RandomUnderSampler(random_state=0)),  # noqa: E731
+                     ("poly", CountingPoly(include_bias=False)), ("select", CountingSelect(f_classif)),
+                     ("logistic", LogisticRegression())]
     grid = {"select__k": [3, 6], "logistic__C": [0.1, 1.0]}
     plain = GridSearchCV(imblearn_pipeline.Pipeline(steps()), grid, cv=3).fit(X, y)
     FITS.clear()

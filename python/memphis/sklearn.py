@@ -287,7 +287,8 @@ def _class_identity(cls) -> tuple:
         h = hashlib.blake2b(digest_size=16)
         for klass in cls.__mro__[:-1]:  # all but object
             for name, member in sorted(vars(klass).items()):
-                member = getattr(member, "__func__", getattr(member, "fget", member))  # class/static methods, properties
+                # class and static methods hold their function in __func__, properties in fget
+                member = getattr(member, "__func__", getattr(member, "fget", member))
                 code = getattr(inspect.unwrap(member), "__code__", None) if callable(member) else None
                 if code is not None:
                     h.update(f"{klass.__qualname__}.{name}:{code_digest(code)};".encode())
