@@ -476,6 +476,8 @@ def test_process_workers_answer_as_without_memory(local_tier):
     grid = {"pca__n_components": [2, 3]}
     plain = search(scaler_pca_ridge(), grid, X, y, None)
     assert_same_search(search(scaler_pca_ridge(), grid, X, y, memphis.sklearn.memory(), n_jobs=2), plain)
+    # The workers cached in their own processes: this one fitted only the refit's two steps.
+    assert counters("misses", "hits") == {"misses": 2, "hits": 0}
 
 
 def test_imbalanced_learns_pipeline_resamples_once_per_fold(local_tier):
