@@ -47,7 +47,7 @@ Examples
 ...                 memory=memphis.sklearn.memory())
 >>> search = GridSearchCV(pipe, {"pca__n_components": [2, 4], "ridge__alpha": [0.1, 1.0, 10.0]}, cv=3)
 >>> search.fit(X, y).best_params_  # the scaler fitted 3 + 1 times, not 18 + 1
-{'pca__n_components': 4, 'ridge__alpha': 0.1}
+{'pca__n_components': 4, 'ridge__alpha': 10.0}
 """
 import functools
 import hashlib
