@@ -277,6 +277,17 @@ def test_a_fold_of_a_traced_x_twice_does_not_hash_x_again(local_tier, hashed):
     assert sum(FITS.values()) == 1 and np.array_equal(first[0], second[0])
 
 
+def test_a_search_over_traced_inputs_hashes_x_once_and_answers_as_over_plain_ones(local_tier, hashed):
+    X, y = regression()
+    plain = search(scaler_pca_ridge(), PCA_GRID, X, y, None)
+    FITS.clear()
+    hashed.clear()
+    cached = search(scaler_pca_ridge(), PCA_GRID, memphis.array(X), memphis.array(y), memphis.sklearn.memory())
+    assert_same_search(cached, plain)
+    assert set(FITS.values()) == {1} and len(FITS) == 4 + 10
+    assert hashed.count(X.shape) == 1 and all(shape[1:] != X.shape[1:] for shape in hashed if shape != X.shape)
+
+
 def test_a_plain_fold_is_hashed_once_per_fit_and_the_steps_after_it_not_at_all(local_tier, hashed):
     X, y = regression(n=400, d=6)
     train = np.arange(0, 400, 2)
