@@ -61,6 +61,8 @@ bench: $(VENV)/.installed
 	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py --host-budget 400k --skip joblib,joblib_second_process \
 		--workloads grid_10_lambda,cv_4fold_10_lambda,pca_k_sweep,ensemble_weights --no-systemds --no-spark \
 		--out $(RESULTS)/ml_pressure
+	$(PY) benchmarks/ml_workloads.py --skip joblib,joblib_second_process --no-systemds --no-spark \
+		--out $(RESULTS)/ml_threads
 	$(ONE_BLAS) $(PY) benchmarks/sklearn_pipelines.py
 	$(PY) benchmarks/tracing_overhead.py
 	$(ONE_BLAS) $(PY) benchmarks/gpu_tier.py --device simulated

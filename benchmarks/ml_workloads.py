@@ -357,7 +357,8 @@ def markdown(results):
              "Ratios are times (< 1: memphis is faster). memphis / hoisted is the headline; the best peer is the "
              "fastest of joblib, joblib's second process and sklearn; SystemDS is compared on its reuse / off "
              "beside memphis / numpy, not on absolute times. memphis host bytes: what its host tier holds after a "
-             "run (the working set). Every run answered as plain numpy (rtol 1e-8).", ""]
+             "run (the working set). Every run answered as plain numpy (rtol 1e-8). BLAS threads: "
+             f"{results['versions']['OPENBLAS_NUM_THREADS'] or 'OpenBLAS default (one per core)'}.", ""]
     for scale, at_scale in results["scales"].items():
         header = (["workload"] + list(LABELS.values()) + ["memphis / hoisted", "memphis / best peer", "memphis / numpy",
                   "SystemDS reuse / off", "memphis hits (partial)", "memphis host bytes"])

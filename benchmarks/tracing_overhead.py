@@ -8,13 +8,15 @@ Operations: ``a + b`` and ``exp(a)`` (elementwise), ``sum(a)`` (a reduction) and
 Modes, per operation and size, each timed over a batch of calls on distinct inputs (100 calls up to
 10³ elements, 10 at 10⁴, one from 10⁵ on) and reported per call:
 - ``plain``: the operation on plain arrays (numpy; or cupy with its default memory pool).
-- ``miss``: the operation on traced arrays memphis has not seen (the cache is cleared before each
-  batch, outside the timing): tracing, a probe, the operation and the store. The inputs' content
-  hashes are taken before (a new input's hash is a cost of ``memphis.array``, not of the operation).
-  The batch's own results are held as it goes: up to 100 entries (a store sorts every entry held).
-- ``hit``: the same operations again, served from the cache (each batch is run before, untimed).
-Every result is cached here (``min_cost_s=0``) so that a hit exists at every size; by default memphis
-does not keep a result that took less than its measured probe+store time, printed per setting. On a
+- ``miss``: the operation on traced arrays whose results the cache does not hold (it is cleared
+  before each batch, outside the timing), under memphis's default rule: tracing, a probe, the
+  operation, and a store only where the tier finds the result worth keeping (its cost against its
+  measured probe+store time and the fresh memory it holds; see HostTier.worth_caching_s). The
+  tier knows the operation from earlier batches, as it knows a loop's operations after the first
+  iteration. The inputs' content hashes are taken before (a new input's hash is a cost of
+  ``memphis.array``, not of the operation).
+- ``hit``: the same operations again, served from the cache (each batch is run before, untimed,
+  with every result kept: ``min_cost_s=0`` for this mode, so that a hit exists at every size). On a
 device (``--device cupy``; ``simulated`` checks that code path without a GPU and times only CPU
 work) the inputs live on the device and the GPU tier serves the hits; its miss is an operation's
 first occurrence (the tier keeps a result from its second on), and plain runs allocate through
@@ -87,7 +89,7 @@ class Backend:
 
     def __init__(self, kind: str):
         self.kind = kind
-        memphis.local.configure(disk_max_bytes=0, min_cost_s=0.0)
+        memphis.local.configure(disk_max_bytes=0)
         self.device = self.tier = self.pool = None
         if kind != "numpy":
             from gpu_tier import PlainPool, make_device
@@ -105,7 +107,9 @@ class Backend:
         return np.asarray(value) if self.device is None else self.device.copy_to_host(value)
 
     def allocate_for(self, mode: str):
-        """Plain device arrays allocate through the default pool, traced ones through memphis'."""
+        """Plain device arrays allocate through the default pool, traced ones through memphis'; hits
+        need every result kept, misses take the default rule."""
+        memphis.local.tier().min_cost_s = 0.0 if mode == "hit" else None
         if self.device is not None:
             if mode == "plain":
                 self.pool.install()
@@ -185,6 +189,7 @@ def child(args) -> dict:
     finally:
         backend.close()
     return {"rows": rows, "default_caching_threshold_us": round(caching_threshold_us, 2),
+            "first_touch_ns_per_byte": round(memphis.local.tier().first_touch_s * 1e9, 3),
             "numpy": np.__version__, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
 
 
@@ -250,13 +255,15 @@ def markdown(report: dict) -> str:
     plain = {"numpy": "numpy", "cupy": "cupy (default pool)", "simulated": "simulated device"}[device]
     lines = [f"# Tracing overhead per operation ({device})", "", provenance_line(report["provenance"]), "",
              f"Command: `{report['command']}`. µs per call, medians with 95 % intervals; plain = {plain}; "
-             "miss = traced, not seen before (trace, probe, compute, store); hit = the same call again, from the "
-             "cache; ratios are memphis / plain. Every result was compared with the plain one: all equal."]
+             "miss = traced, its result not in the cache (trace, probe, compute, and a store where the default rule "
+             "keeps it); hit = the same call again, from the cache (every result kept); ratios are memphis / plain. "
+             "Every result was compared with the plain one: all equal."]
     for setting, result in report["settings"].items():
         lines += ["", f"## {setting}: {result['threads']} BLAS thread(s), {result['background_burners']} "
                   f"CPU-burning process(es) beside it", "",
-                  f"By default memphis keeps a result only when it took at least its measured probe+store time: "
-                  f"{result['default_caching_threshold_us']} µs here (this run keeps every result).", "",
+                  f"By default memphis keeps a result only when it took at least its measured probe+store time "
+                  f"({result['default_caching_threshold_us']} µs here) plus what the fresh memory it holds costs "
+                  f"({result['first_touch_ns_per_byte']} ns per byte here), shared by the times it was computed.", "",
                   "| operation | size | plain µs | miss µs | hit µs | miss − plain µs | miss / plain "
                   "| hit / plain |",
                   "|---|---|---|---|---|---|---|---|"]

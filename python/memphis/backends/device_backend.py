@@ -25,6 +25,8 @@ def is_device_array(value) -> bool:
 def device_among(values):
     """The device of the first device array in ``values`` (nested tuples, lists and traced arrays), or None."""
     for value in values:
+        if getattr(value, "deferred", False):  # a traced array not made yet: made on the host
+            continue
         value = getattr(value, "_value", value)  # a TracedArray's value
         if type(value) in (tuple, list):
             found = device_among(value)

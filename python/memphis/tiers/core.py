@@ -42,6 +42,13 @@ class Entry:
                 "misses": self.misses, "cost_ms": self.cost_s * 1000, "size_bytes": self.size, "score": self.score}
 
 
+def kept_form(item):
+    """What an entry keeps of its lineage item: the cut form when it has one (``LineageItem.cut``).
+    Its hash and one level of structure tell a collision; the trace below need not stay alive."""
+    cut = getattr(item, "cut", None)
+    return cut() if cut is not None else item
+
+
 def check_move(transitions: dict, old, new):
     """Raises unless ``old -> new`` is one of ``transitions`` (a tier's state machine)."""
     if new not in transitions[old]:

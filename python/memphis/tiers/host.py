@@ -10,11 +10,12 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from memphis.backends import numpy_backend
-from memphis.tiers.core import MISSING, OWN, REFUSED, Entry, check_move, remember, wait_for
+from memphis.tiers.core import MISSING, OWN, REFUSED, Entry, check_move, kept_form, remember, wait_for
 from memphis.tiers.disk import DiskTier, spill_format
 
 log = logging.getLogger("memphis.local")
 
+MAX_SIGNATURES = 10_000  # measured costs kept per operation signature; forgotten all at once beyond
 MIN_SPILL_SECONDS = 0.010  # below this, estimates of disk time are noise (LIMA): spill only what costs more
 INITIAL_OVERHEAD_S = 50e-6  # a first guess of the probe+store time of a miss, replaced by what is measured
 OVERHEAD_SMOOTHING = 0.1  # weight of the latest miss in the moving average of that time
@@ -94,6 +95,8 @@ def freeze(value):
 
 def hand_out(value):
     """What an asker receives: containers and frames are copied so that changing them spares the cache."""
+    if type(value) is np.ndarray:  # the common case, first: this runs on every hit
+        return value
     if type(value).__module__.startswith("pandas"):
         return value.copy(deep=True)
     if type(value) in (list, tuple):
@@ -125,8 +128,12 @@ class HostTier:
     def __init__(self, *, max_bytes: int, disk: Optional[DiskTier] = None, min_cost_s: Optional[float] = None):
         self.max_bytes = int(max_bytes)
         self.disk = disk
-        self.min_cost_s = min_cost_s  # traced results cheaper than this are not held; None: overhead_s
+        self.min_cost_s = min_cost_s  # traced results cheaper than this are not held; None: see worth_caching_s
         self.overhead_s = INITIAL_OVERHEAD_S  # measured probe+store time of a miss (moving average)
+        self.first_touch_s = numpy_backend.first_touch_seconds_per_byte()
+        # Operation signature -> (seconds, result bytes) of its last run (see traced): read and written without the
+        # lock, as a dict is under the GIL; a lost or stale figure only picks the slower path once.
+        self._costs = {}
         # One lock guards everything below. Invariants while it is free: bytes_held is the sum of the
         # sizes of CACHED entries and never above max_bytes; a COMPUTING entry has an owner thread and
         # no value; a SPILLED entry has no value and its file is in self.disk.
@@ -139,13 +146,14 @@ class HostTier:
     # --- the one way in -----------------------------------------------------------------------
 
     def get_or_compute(self, key: str, compute: Callable[[], Any], *, item=None, opcode: str = "",
-                       cost_hint: Optional[float] = None, min_cost_s: float = 0.0):
+                       cost_hint: Optional[float] = None, min_cost_s: Optional[float] = 0.0, signature=None):
         """The value under ``key`` (32 hex digits): cached, reloaded, awaited or computed now.
 
         A second thread asking for a key being computed waits for the first; if the first raises,
         nothing is stored and a waiter computes it itself. The computed value is cached when it fits
-        and took at least ``min_cost_s`` (``cost_hint`` replaces the measured seconds, e.g. the time
-        of a Spark job that produced it). Arrays in it are made read-only.
+        and took at least ``min_cost_s`` (None: :meth:`worth_caching_s` of its size; ``cost_hint``
+        replaces the measured seconds, e.g. the time of a Spark job that produced it). Arrays in it
+        are made read-only. ``signature``: the operation's, whose measured cost :meth:`traced` learns.
 
         Examples
         --------
@@ -160,7 +168,7 @@ class HostTier:
                                     computing=State.COMPUTING)
             reload = False
             if found is MISSING:
-                entry = Entry(key, item, opcode or getattr(item, "opcode", ""), State.COMPUTING, owner=me,
+                entry = Entry(key, kept_form(item), opcode or getattr(item, "opcode", ""), State.COMPUTING, owner=me,
                               misses=self._history.pop(key, 0) + 1)
                 self._check(None, entry)
                 self._entries[key] = entry
@@ -203,6 +211,8 @@ class HostTier:
             raise
         computed = time.perf_counter()
         cost = cost_hint if cost_hint is not None else computed - start
+        if signature is not None:
+            self._learn(signature, computed - start, size_of(value))
         with self._cond:
             self._counts["computed"] += 1
             value = self._store(entry, value, cost, min_cost_s)
@@ -213,10 +223,57 @@ class HostTier:
                 self.overhead_s += OVERHEAD_SMOOTHING * (spent - self.overhead_s)
         return hand_out(value)
 
-    def worth_caching_s(self) -> float:
-        """Traced results that took less are not cached: ``min_cost_s``, else the measured overhead_s,
-        since recomputing them costs less than a probe and a store."""
-        return self.min_cost_s if self.min_cost_s is not None else self.overhead_s
+    def traced(self, key: str, item, compute: Callable[[], Any], *, signature: Callable[[], Any] = None):
+        """(value, the item it is kept under or None): the lean path of a traced operation.
+
+        A hit is a probe under the lock. An operation that its last run with the same signature
+        (``signature()``: opcode, literals, input shapes) showed not worth keeping (:meth:`worth_caching_s`) runs
+        without a placeholder, and is kept only if this run turns out worth it; two threads may then
+        both compute it, which costs less than making one wait. Any other operation goes through
+        :meth:`get_or_compute` (one thread computes it, the others wait), kept by the same rule.
+        """
+        with self._cond:
+            entry = self._entries.get(key)
+            if entry is not None and entry.state is State.CACHED and (entry.item is None or entry.item == item):
+                return hand_out(self._hit(entry)), entry.item
+            computed = self._history.get(key, 0) if entry is None else 0
+        signature = signature() if entry is None and signature is not None else None
+        expected = self._costs.get(signature) if signature is not None else None
+        if expected is None or expected[1] is None or \
+                expected[0] >= self.worth_caching_s(expected[1], computed + 1):
+            value = self.get_or_compute(key, compute, item=item, min_cost_s=None, signature=signature)
+            with self._cond:
+                entry = self._entries.get(key)
+                return value, entry.item if entry is not None and entry.state is not State.COMPUTING else None
+        start = time.perf_counter()
+        value = compute()
+        cost = time.perf_counter() - start
+        size = size_of(value)
+        self._learn(signature, cost, size)
+        with self._cond:
+            self._counts["misses"] += 1
+            self._counts["computed"] += 1
+            if size is None or cost < self.worth_caching_s(size, computed + 1):
+                remember(self._history, key, computed + 1)
+                return value, None
+            if key in self._entries:  # another thread kept it meanwhile
+                return value, None
+            entry = self._adopt(key, value, item, "", cost, computed + 1)  # slower this time: worth keeping
+            return (entry.value, entry.item) if entry.state is State.CACHED else (value, None)
+
+    def _learn(self, signature, seconds: float, size: Optional[int]):
+        if len(self._costs) >= MAX_SIGNATURES:
+            self._costs.clear()
+        self._costs[signature] = (seconds, size)
+
+    def worth_caching_s(self, size: int = 0, computations: int = 1) -> float:
+        """Traced results that took less are not cached: ``min_cost_s`` when set; else what keeping
+        one costs, shared by the ``computations`` of it so far (LIMA: what recurs is worth more): the
+        measured overhead_s (recomputing costs less than a probe and a store) plus what fresh memory
+        of ``size`` bytes costs to fault in (the next result gets fresh pages while this one is held)."""
+        if self.min_cost_s is not None:
+            return self.min_cost_s
+        return (self.overhead_s + size * self.first_touch_s) / computations
 
     def state_of(self, key: str) -> Optional[State]:
         """The state of ``key``'s entry, None when there is none (a probe that counts nothing)."""
@@ -240,12 +297,17 @@ class HostTier:
         """Holds ``value``, computed elsewhere in ``cost_s`` seconds (e.g. evicted from the GPU), unless
         ``key`` has an entry already; it is cached as a computed value would be (budget, eviction)."""
         with self._cond:
-            if key in self._entries:
-                return
-            entry = Entry(key, item, opcode or getattr(item, "opcode", ""), State.COMPUTING,
-                          owner=threading.get_ident(), misses=self._history.pop(key, 0))
-            self._entries[key] = entry
-            self._store(entry, freeze(value), cost_s, 0.0)
+            if key not in self._entries:
+                self._adopt(key, value, item, opcode, cost_s, self._history.pop(key, 0))
+
+    def _adopt(self, key: str, value, item, opcode: str, cost_s: float, misses: int) -> Entry:
+        """A new entry for a value computed outside get_or_compute, cached or dropped by the rules."""
+        entry = Entry(key, kept_form(item), opcode or getattr(item, "opcode", ""), State.COMPUTING,
+                      owner=threading.get_ident(), misses=misses)
+        self._history.pop(key, None)
+        self._entries[key] = entry
+        self._store(entry, freeze(value), cost_s, 0.0)
+        return entry
 
     def count(self, counter: str, amount=1):
         with self._cond:
@@ -269,7 +331,7 @@ class HostTier:
         log.debug("hit %s (%s)", entry.key, entry.opcode)
         return entry.value
 
-    def _store(self, entry: Entry, value, cost_s: float, min_cost_s: float):
+    def _store(self, entry: Entry, value, cost_s: float, min_cost_s: Optional[float]):
         """Caches ``value`` in ``entry`` or drops the entry; returns ``value`` either way."""
         try:
             self._place(entry, value, cost_s, min_cost_s)
@@ -281,8 +343,10 @@ class HostTier:
                 self._drop(entry, "caching it failed")
         return value
 
-    def _place(self, entry: Entry, value, cost_s: float, min_cost_s: float):
+    def _place(self, entry: Entry, value, cost_s: float, min_cost_s: Optional[float]):
         entry.cost_s, entry.size = cost_s, size_of(value)
+        if entry.size is not None and min_cost_s is None:  # the rule of traced results
+            min_cost_s = self.worth_caching_s(entry.size, max(entry.misses, 1))
         if entry.size is None:
             self._drop(entry, "its value is of a kind whose size is unknown")
         elif entry.size > self.max_bytes:
@@ -314,6 +378,8 @@ class HostTier:
     def _make_space(self, size: int) -> bool:
         """Evicts CACHED entries that are not pinned, lowest score first, until ``size`` more bytes
         fit; says whether they do."""
+        if self.bytes_held + size <= self.max_bytes:
+            return True
         victims = sorted((e for e in self._entries.values() if e.state is State.CACHED and not pinned(e.value)),
                          key=lambda e: (e.score, e.last_access))
         for victim in victims:

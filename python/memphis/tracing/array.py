@@ -6,7 +6,8 @@ import numpy as np
 from memphis.backends import device_backend, numpy_backend
 from memphis.tiers.runtime import default
 from memphis.tracing import partial
-from memphis.tracing.calls import TRACED_FUNCTIONS, cached, function_item, started_early, trace_item, ufunc_item
+from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, started_early, trace_item,
+                                   transpose_item, ufunc_item)
 from memphis.tracing.lineage import LineageItem, Untraceable, array_leaf, bounded, literal
 
 log = logging.getLogger("memphis.local")
@@ -29,17 +30,16 @@ def _unwrap(value, device=None):
     return value
 
 
-def run(item: LineageItem, compute, *, view: bool = False, device=None):
+def run(item: LineageItem, compute, *, view: bool = False, device=None, shapes_of=()):
     """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage.
 
     ``view``: a result that is never cached (views, indexing): computed and wrapped, no probe.
-    ``device``: the work runs on that device (see :func:`memphis.tracing.calls.cached`).
+    ``device``, ``shapes_of``: see :func:`memphis.tracing.calls.cached`.
     """
     if view:
         return wrap(compute(), bounded(item))
-    value, held = cached(item, compute, device=device)
     # Cut the trace at a cached key: the cache holds the structure, the trace keeps only its hash.
-    return wrap(value, item.cut() if held else bounded(item))
+    return wrap(*cached(item, compute, device=device, shapes_of=shapes_of))
 
 
 def wrap(value, item: LineageItem):
@@ -79,6 +79,7 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
     """
 
     __slots__ = ("_value", "lineage", "__weakref__")
+    deferred = False  # see DeferredArray
 
     def __init__(self, value: np.ndarray, lineage: LineageItem):
         self._value = value
@@ -105,7 +106,14 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             if rewritten is not None:
                 value, held = rewritten
                 return wrap(value, item.cut() if held else item)
-        return run(item, compute, device=device)
+            blockwise = partial.blockwise_product(*inputs)
+            if blockwise is not None:
+                compute = blockwise
+            else:
+                prefix = partial.prefix_product(item, *inputs)
+                if prefix is not None:
+                    return _assembled(item, prefix, *inputs)
+        return run(item, compute, device=device, shapes_of=inputs)
 
     def __array_function__(self, function, types, args, kwargs):
         if function not in TRACED_FUNCTIONS:
@@ -117,10 +125,13 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why)
         view = item.opcode in VIEW_OPCODES
         compute = lambda: function(*_unwrap(args, device), **_unwrap(kwargs, device))  # noqa: E731
-        if device is None and not view:
-            compute = started_early(item, compute)
-        item = partial.canonical_concatenation(function, args, kwargs) or item
-        return run(item, compute, view=view, device=device)
+        if device is None:
+            deferred = _deferred(function, item, args, kwargs, compute)
+            if deferred is not None:
+                return deferred
+            if not view:
+                compute = started_early(item, compute)
+        return run(item, compute, view=view, device=device, shapes_of=args)
 
     def __array__(self, dtype=None, copy=None):
         if device_backend.is_device_array(self._value):
@@ -150,11 +161,15 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(lambda a, i: a[i], (self, index), {}, why)
         # Never cached: a view costs nothing, and a gather (X[:, columns]) is remade at memory speed,
         # while holding each one would take fresh memory (page faults cost as much as the gather).
-        device = device_backend.device_of(self._value)
-        selected = run(item, lambda: self._value[_unwrap(index, device)], view=True)
-        if device is None:  # the rewrites that use selections assemble host blocks
-            partial.note_column_selection(self, index, selected)
-        return selected
+        device = None if self.deferred else device_backend.device_of(self._value)
+        if device is None:
+            columns = partial.selected_columns(self, index)
+            if columns is not None:  # deferred: the rewrites often answer what uses it from XᵀX
+                selected = DeferredArray(lambda: self._value[:, list(columns)], bounded(item),
+                                         shape=(self.shape[0], len(columns)), dtype=self.dtype)
+                partial.note_column_selection(self, columns, selected)
+                return selected
+        return run(item, lambda: self._value[_unwrap(index, device)], view=True)
 
     def __len__(self):
         return len(self._value)
@@ -189,6 +204,86 @@ def _method(function):
 for _name in ("all any sum mean std var min max prod argmin argmax cumsum cumprod transpose reshape ravel "
               "squeeze dot trace diagonal clip round sort argsort take copy").split():
     setattr(TracedArray, _name, _method(getattr(np, _name)))
+
+
+class DeferredArray(TracedArray):
+    """A traced host array made when its value is first read: a column gather ``X[:, columns]``, a
+    concatenation, a product assembled from blocks (partial.py), or the transpose of one of these.
+
+    The rewrites in partial.py answer the common uses (``Aᵀ A``, ``Aᵀ y``, ``A @ w``) from the
+    cached products of its source or parts, so the copy it stands for is often never made.
+    ``parts``: the arrays it concatenates along ``axis`` (None otherwise); ``source``: for a
+    transpose, the deferred array it transposes.
+    """
+
+    __slots__ = ("_make", "_shape", "_dtype", "parts", "axis", "source")
+    deferred = True
+
+    def __init__(self, make, lineage: LineageItem, *, shape, dtype, parts=None, axis=None, source=None):
+        _VALUE.__set__(self, None)
+        self.lineage = lineage
+        self._make, self._shape, self._dtype = make, tuple(shape), np.dtype(dtype)
+        self.parts, self.axis, self.source = parts, axis, source
+
+    @property
+    def deferred(self) -> bool:
+        return _VALUE.__get__(self) is None
+
+    @property
+    def _value(self):
+        value = _VALUE.__get__(self)
+        if value is None:  # two threads may both make it: equal values, one is kept
+            value = numpy_backend.read_only_view(np.asarray(self._make()))
+            _VALUE.__set__(self, value)
+        return value
+
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._dtype)
+    ndim = property(lambda self: len(self._shape))
+    size = property(lambda self: int(np.prod(self._shape)))
+    nbytes = property(lambda self: self.size * self._dtype.itemsize)
+    T = property(lambda self: self.transpose())
+
+    def transpose(self, *axes):
+        if axes not in ((), (None,)):
+            return np.transpose(self, *axes)
+        return DeferredArray(lambda: self._value.T, bounded(transpose_item(self.lineage)),
+                             shape=self._shape[::-1], dtype=self._dtype, source=self)
+
+
+_VALUE = TracedArray._value  # the slot a deferred array fills when it is made
+
+
+def _deferred(function, item, args, kwargs, compute):
+    """A deferred result of a host call, or None: concatenations (one item for every spelling,
+    see partial.canonical_concatenation) and the transpose of a deferred array."""
+    if function is np.transpose and item.opcode == "transpose" and getattr(args[0], "deferred", False) \
+            and len(args) == 1 and kwargs.get("axes") is None:
+        return args[0].transpose()
+    concatenation = partial.canonical_concatenation(function, args, kwargs)
+    if concatenation is None:
+        return None
+    parts = args[0]
+    if not all(isinstance(p, (TracedArray, np.ndarray)) for p in parts):
+        return None
+    axis = partial.literal_axis(concatenation)
+    first = parts[0].shape
+    shape = first[:axis] + (sum(p.shape[axis] for p in parts),) + first[axis + 1:]
+    return DeferredArray(compute, bounded(concatenation), shape=shape,
+                         dtype=np.result_type(*[p.dtype for p in parts]), parts=tuple(parts), axis=axis)
+
+
+def _assembled(item: LineageItem, prefix, left, right) -> TracedArray:
+    """The traced result of a product that partial.prefix_product served from earlier products."""
+    if prefix[0] == "columns":  # the first columns of a cached wider product
+        _, value, source_item, k = prefix
+        selected = TracedArray(value, bounded(item))
+        partial.note_column_selection(None, range(k), selected, source_item=source_item)
+        return selected
+    blocks = prefix[1]  # column blocks side by side
+    return DeferredArray(lambda: np.concatenate([value for _, value in blocks], axis=1), bounded(item),
+                         shape=(left.shape[0], right.shape[1]), dtype=np.result_type(left.dtype, right.dtype),
+                         parts=tuple(TracedArray(value, block) for block, value in blocks), axis=1)
 
 
 def array(value) -> TracedArray:

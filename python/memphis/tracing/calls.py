@@ -10,7 +10,7 @@ import numpy as np
 
 from memphis.tiers.host import State
 from memphis.tiers.runtime import default
-from memphis.tracing.lineage import LineageItem, encode
+from memphis.tracing.lineage import LineageItem, bounded, encode
 
 log = logging.getLogger("memphis.local")
 
@@ -25,7 +25,7 @@ TRACED_FUNCTIONS = {
     **{getattr(np, name): name for name in _NUMPY.split()},
     **{getattr(np.linalg, name): "linalg." + name for name in _LINALG.split()},
 }
-_signatures = {}
+_binders = {}
 
 
 class Operand:
@@ -37,14 +37,51 @@ class Operand:
         self.lineage = lineage
 
 
+class _Binder:
+    """Binds a call's arguments to a function's parameters, defaults filled in, in parameter order:
+    what ``inspect.Signature.bind`` + ``apply_defaults`` return, at a fraction of their cost (this
+    runs for every traced call). Functions with ``*args`` or ``**kwargs`` go through inspect."""
+
+    __slots__ = ("signature", "names", "defaults", "index", "positional", "positional_only")
+
+    def __init__(self, function):
+        self.signature = inspect.signature(function)
+        parameters = list(self.signature.parameters.values())
+        self.names, self.defaults, self.index = None, None, None
+        if all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters):
+            self.names = tuple(p.name for p in parameters)
+            self.defaults = [p.default for p in parameters]
+            self.index = {p.name: i for i, p in enumerate(parameters)}
+            self.positional = sum(p.kind is not p.KEYWORD_ONLY for p in parameters)
+            self.positional_only = sum(p.kind is p.POSITIONAL_ONLY for p in parameters)
+
+    def bind(self, args, kwargs) -> tuple:
+        if self.names is None or len(args) > self.positional:
+            return self._bound(args, kwargs)
+        values = list(self.defaults)
+        values[:len(args)] = args
+        for name, value in kwargs.items():
+            i = self.index.get(name, -1)
+            if i < self.positional_only or i < len(args):  # unknown, positional-only or given twice
+                return self._bound(args, kwargs)
+            values[i] = value
+        if any(v is inspect.Parameter.empty for v in values):  # a required argument is missing
+            return self._bound(args, kwargs)
+        return tuple(zip(self.names, values))
+
+    def _bound(self, args, kwargs) -> tuple:
+        """inspect's binding: the irregular calls, and the TypeError of a call that is wrong."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return tuple(bound.arguments.items())
+
+
 def _canonical_arguments(function, args, kwargs):
     """(name, value) pairs with defaults filled in, so ``a.T`` and ``np.transpose(a, None)`` trace alike."""
-    signature = _signatures.get(function)
-    if signature is None:
-        signature = _signatures[function] = inspect.signature(function)
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return tuple(bound.arguments.items())
+    binder = _binders.get(function)
+    if binder is None:
+        binder = _binders[function] = _Binder(function)
+    return binder.bind(args, kwargs)
 
 
 def trace_item(opcode: str, arguments) -> LineageItem:
@@ -59,8 +96,21 @@ def function_item(function, args, kwargs) -> LineageItem:
     return trace_item(TRACED_FUNCTIONS[function], _canonical_arguments(function, args, kwargs))
 
 
+_NO_KEYWORDS = ("tuple", ())
+
+
 def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
     opcode = "ufunc." + ufunc.__name__ + ("" if method == "__call__" else "." + method)
+    if not kwargs:  # the common call, encoded as trace_item would encode it, without its generality
+        items, parts = [], []
+        for value in inputs:
+            lineage = getattr(value, "lineage", None)
+            if type(lineage) is LineageItem:
+                parts.append(("input", len(items)))
+                items.append(lineage)
+            else:
+                parts.append(encode(value, items))
+        return LineageItem(opcode, inputs=items, literals=(("tuple", (("tuple", tuple(parts)), _NO_KEYWORDS)),))
     return trace_item(opcode, (tuple(inputs), tuple(sorted(kwargs.items()))))
 
 
@@ -95,23 +145,31 @@ def started_early(item: LineageItem, compute):
     return early.submit(compute).result
 
 
-def cached(item: LineageItem, compute, *, device=None):
-    """(value, held): ``item``'s value, from the cache or computed now, and whether a tier keeps it.
+def signature(item: LineageItem, values) -> tuple:
+    """What predicts an operation's cost: its opcode and literals, and the shapes of its arguments."""
+    return item.opcode, item.literals, tuple([getattr(v, "shape", None) for v in values])
+
+
+def cached(item: LineageItem, compute, *, device=None, shapes_of=()):
+    """(value, lineage): ``item``'s value, from the cache or computed now, and the item it carries:
+    cut below when a tier keeps it (the tier holds what lies below), else ``item`` (bounded).
 
     ``device``: the work runs on that device and is probed in its GPU tier (which asks the host
     tier before computing); host work asks the GPU tier before computing. Work that depends on
-    unseeded randomness is computed and never held.
+    unseeded randomness is computed and never held. ``shapes_of``: the arguments whose shapes,
+    with the item's opcode and literals, predict the work's cost (see HostTier.traced).
     """
     tier = default.host()
     if not item.deterministic:
         tier.count("refused")
         log.debug("not cached %s: it depends on unseeded randomness", item.opcode)
-        return compute(), False
+        return compute(), bounded(item)
     if device is not None:
         if device.tier is None:  # a device without a tier (reconfigured away): plain device work
-            return compute(), False
-        return device.tier.get_or_compute(item.key, compute, item=item)
+            return compute(), bounded(item)
+        value, held = device.tier.get_or_compute(item.key, compute, item=item)
+        return value, item.cut() if held else bounded(item)
     if default.gpu is not None:
         compute = default.gpu.serving_host(item, compute)
-    value = tier.get_or_compute(item.key, compute, item=item, min_cost_s=tier.worth_caching_s())
-    return value, held(item)
+    value, kept = tier.traced(item.key, item, compute, signature=lambda: signature(item, shapes_of))
+    return value, kept if kept is not None else bounded(item)

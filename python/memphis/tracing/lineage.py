@@ -41,17 +41,21 @@ class LineageItem:
 
     def __init__(self, opcode: str, *, inputs=(), literals=(), deterministic: bool = True, digest: bytes = None):
         self.opcode = opcode
-        self.inputs = tuple(inputs)
+        self.inputs = inputs = tuple(inputs)
         self.literals = tuple(literals)
-        self.deterministic = deterministic and all(i.deterministic for i in self.inputs)
-        self.height = 1 + max((i.height for i in self.inputs), default=0)
+        height = 0  # a plain loop: this runs for every traced operation
+        for i in inputs:
+            deterministic = deterministic and i.deterministic
+            if i.height > height:
+                height = i.height
+        self.deterministic = deterministic
+        self.height = height + 1
         self._digest = digest
 
     @property
     def digest(self) -> bytes:
         if self._digest is None:  # two threads may both compute it: same bytes, no harm
-            h = hashlib.blake2b(digest_size=16)
-            h.update(repr((self.opcode, self.literals)).encode())
+            h = hashlib.blake2b(_head(self.opcode, self.literals), digest_size=16)
             for i in self.inputs:
                 h.update(i.digest)
             self._digest = h.digest()
@@ -65,7 +69,10 @@ class LineageItem:
             return False
         if self.opcode == "array":
             return isinstance(self.literals[0][1], ContentDigest) and not self.literals[0][1].done
-        return any(i.pending for i in self.inputs)
+        for i in self.inputs:  # a loop, not any(): this runs for every traced call
+            if i.pending:
+                return True
+        return False
 
     @property
     def key(self) -> str:
@@ -94,26 +101,63 @@ class LineageItem:
                            deterministic=self.deterministic, digest=self.digest)
 
     def __eq__(self, other):
+        if self is other:
+            return True
         if not isinstance(other, LineageItem):
             return NotImplemented
-        # Iterative, with a set of pairs already compared: a deep or shared trace is walked once.
-        stack, seen = [(self, other)], set()
+        # Most comparisons end one level down, at cut items (a kept entry's item is cut: see
+        # memphis.tiers.core.kept_form); deeper traces are walked iteratively, each shared pair once.
+        below = _below(self, other)
+        stack, seen = [], set()
+        for pair in below or ():
+            deeper = _below(*pair)
+            if deeper is None:
+                return False
+            stack.extend(deeper)
         while stack:
-            a, b = stack.pop()
-            if a is b or (id(a), id(b)) in seen:
+            a, b = pair = stack.pop()
+            if (id(a), id(b)) in seen:
                 continue
-            if a.digest != b.digest:
-                return False
-            if a.opcode == "cut" or b.opcode == "cut":
-                continue  # below a cut only the hash is known
-            if a.opcode != b.opcode or a.literals != b.literals or len(a.inputs) != len(b.inputs):
-                return False
             seen.add((id(a), id(b)))
-            stack.extend(zip(a.inputs, b.inputs))
-        return True
+            deeper = _below(*pair)
+            if deeper is None:
+                return False
+            stack.extend(deeper)
+        return below is not None
 
     def __repr__(self):
         return f"LineageItem({self.opcode!r}, key={self.key[:12]}…, height={self.height})"
+
+
+# (opcode, literals) -> the bytes the hash of an item starts with: the same few operations recur in
+# every loop, and their repr is most of an item's hashing time. Never for raw arrays (a content
+# digest that is not computed yet must not be forced by a dictionary lookup), and emptied when full.
+_heads = {}
+MAX_HEADS = 4096
+
+
+def _head(opcode: str, literals: tuple) -> bytes:
+    if opcode == "array":
+        return repr((opcode, literals)).encode()
+    found = _heads.get((opcode, literals))
+    if found is None:
+        if len(_heads) >= MAX_HEADS:
+            _heads.clear()
+        found = _heads[(opcode, literals)] = repr((opcode, literals)).encode()
+    return found
+
+
+def _below(a: LineageItem, b: LineageItem):
+    """None when ``a`` and ``b`` differ at their own level, else their input pairs still to compare."""
+    if a is b:
+        return ()
+    if a.digest != b.digest:
+        return None
+    if a.opcode == "cut" or b.opcode == "cut":
+        return ()  # below a cut only the hash is known
+    if a.opcode != b.opcode or a.literals != b.literals or len(a.inputs) != len(b.inputs):
+        return None
+    return zip(a.inputs, b.inputs)
 
 
 def bounded(item: LineageItem) -> LineageItem:
@@ -148,6 +192,8 @@ def literal(value):
     if isinstance(value, slice):
         return ("slice", tuple(literal(v) for v in (value.start, value.stop, value.step)))
     if isinstance(value, (tuple, list)):
+        if all(type(v) is int for v in value):  # column lists, shapes: no call per element
+            return (type(value).__name__, tuple([("int", repr(v)) for v in value]))
         return (type(value).__name__, tuple(literal(v) for v in value))
     raise Untraceable(f"no literal form for {type(value).__name__}")
 
@@ -242,6 +288,9 @@ def bytes_leaf(kind: str, payload_digest: str) -> LineageItem:
 
 # --- encoding arguments --------------------------------------------------------------------------
 
+_PLAIN_TYPES = {type(None), bool, int, float, complex, str, bytes, type(np._NoValue)}
+
+
 def encode(value, inputs: list):
     """The literal form of ``value`` with every data value in it replaced by ``("input", i)``.
 
@@ -249,6 +298,13 @@ def encode(value, inputs: list):
     appended to ``inputs``; functions are encoded by :func:`function_identity`. Anything else
     without a literal form raises :class:`Untraceable`.
     """
+    kind = type(value)  # the most common arguments first: this runs for every traced call
+    if kind in _PLAIN_TYPES:
+        return literal(value)
+    if kind is tuple or kind is list:
+        if all(type(v) is int for v in value):
+            return literal(value)
+        return (kind.__name__, tuple([encode(v, inputs) for v in value]))
     item = getattr(value, "lineage", None)
     if not isinstance(item, LineageItem):
         item = _data_leaf(value)

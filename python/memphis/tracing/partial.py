@@ -1,8 +1,19 @@
-"""Partial reuse (LIMA): products of concatenated matrices assembled from cached products of their parts.
+"""Partial reuse (LIMA): products served from cached products of their parts, proven equal.
 
-The rewrites take traced arrays (array.py) as they come, by their ``lineage`` and ``np.asarray``
-value, and return (value, held) for array.py to wrap.
+- A column selection's products are cut from its source's: ``X[:, c]ᵀ X[:, c] = (XᵀX)[c][:, c]``,
+  ``X[:, c]ᵀ y = (Xᵀy)[c]`` (column_selection_product).
+- Concatenations: rows appended, ``[L1; L2]ᵀ[R1; R2] = Σ Liᵀ Ri``, so every fold's training set
+  sums the same per-part Grams; columns appended, the block matrix ``[Liᵀ Rj]`` (crossproduct).
+  ``[A1 A2] @ w = A1 @ w1 + A2 @ w2`` and ``[A1; A2] @ w = [A1 @ w; A2 @ w]`` (blockwise_product).
+- Column prefixes: ``A @ B`` where ``B``'s first columns equal an earlier right operand ``C`` of
+  ``A`` (compared value by value) is ``[A @ C | A @ B[:, w:]]``, assembled from blocks; where
+  ``B`` equals ``C``'s first columns it is ``(A @ C)[:, :k]``, a column selection of it
+  (prefix_product). So a sweep over K reuses the projection of every smaller or larger K.
+
+The rewrites take traced arrays (array.py) as they come, by their ``lineage``, shape and value,
+and never make a deferred array (a gather, a concatenation) they can answer from its parts.
 """
+import collections
 import logging
 import threading
 import time
@@ -10,70 +21,103 @@ import weakref
 
 import numpy as np
 
+from memphis.backends import numpy_backend
 from memphis.tiers.runtime import default
-from memphis.tracing.calls import cached, held, product_item, transpose_item
+from memphis.tracing.calls import cached, held, product_item, started_early, trace_item, transpose_item
 from memphis.tracing.lineage import LineageItem, encode, literal
 
 log = logging.getLogger("memphis.local")
 
-# Column selections ``P[:, cols]`` -> (their source P, cols), while P lives: a product of selections
-# is then cut from the product of P (``P[:, a]ᵀ P[:, b] = (PᵀP)[a, b]``). Keyed by the selection's key.
+# Products of at least this many multiply-adds look for an earlier product with a column prefix
+# (below it, comparing the right operands costs as much as the product itself).
+PREFIX_MIN_WORK = 1 << 20
+MAX_PREFIX_BYTES = 16 << 20  # right operands kept to compare prefixes with, all together
+MAX_COMPOSITIONS = 1024
+
+# All guarded by _lock. Column selections: the selection's key -> (the source's item, the columns,
+# a weak reference to the source array or None), while the source lives or its products are
+# cached. Compositions: the key of a product assembled from column blocks -> ((block item,
+# width), ...). Prefix products: the left operand's key -> [_Product]; oldest forgotten first.
 _selections = {}
-_selections_lock = threading.Lock()
+_compositions = collections.OrderedDict()
+_products = collections.OrderedDict()
+_prefix_bytes = 0
+_lock = threading.Lock()
 
 
-def note_column_selection(source, index, selected):
-    """Remembers where ``selected = source[index]`` came from when index picks columns ``[:, list]``."""
+def selected_columns(source, index):
+    """The columns ``source[index]`` picks when index is ``[:, list or int array]`` of a 2-D array, else None."""
     # isinstance first: an index array (plain or traced) compares elementwise with a slice.
     if not (type(index) is tuple and len(index) == 2 and isinstance(index[0], slice) and index[0] == slice(None)
             and source.ndim == 2):
-        return
+        return None
     columns = np.asarray(index[1])
     if columns.ndim != 1 or columns.dtype.kind not in "iu" or not len(columns):
-        return
-    key, ref = selected.lineage.key, weakref.ref(source)
-    columns = tuple(int(c) % source.shape[1] for c in columns)
-    with _selections_lock:
-        _selections[key] = (ref, columns)
-    weakref.finalize(source, _selections.pop, key, None)
+        return None
+    return tuple(int(c) % source.shape[1] for c in columns)
+
+
+def note_column_selection(source, columns, selected, *, source_item=None):
+    """Remembers that ``selected`` is ``source[:, columns]`` (``source`` a traced array, or None with
+    the source's ``source_item`` when only its cached products can serve)."""
+    key = selected.lineage.key
+    ref = weakref.ref(source) if source is not None else None
+    with _lock:
+        _selections[key] = (source.lineage if source is not None else source_item, tuple(columns), ref)
+    weakref.finalize(selected, _forget_selection, key)
+
+
+def _forget_selection(key):
+    with _lock:
+        _selections.pop(key, None)
 
 
 def _selection(item: LineageItem):
-    """(source traced array, columns) when ``item`` is a column selection whose source lives, else None."""
-    with _selections_lock:
+    """(source item, columns, source array or None) when ``item`` is a known column selection, else None."""
+    with _lock:
         known = _selections.get(item.key)
-    source = known[0]() if known else None
-    return (source, known[1]) if source is not None else None
+    return None if known is None else (known[0], known[1], known[2]() if known[2] is not None else None)
 
 
 def column_selection_product(item: LineageItem, left_item: LineageItem, right):
     """``P[:, a]ᵀ R`` as ``(PᵀR)[a]``, and ``P[:, a]ᵀ P[:, b]`` as ``(PᵀP)[a][:, b]``: (value,
     held), or None.
 
-    Taken when the product of the source P is cached (a partial hit) or costs at most twice the
-    direct product (then it is computed, cached, and serves every later selection of P).
+    Taken when the product of the source P is cached (a partial hit) or, while P lives, costs at
+    most twice the direct product (then it is computed, cached, and serves every later selection).
     """
     left = _selection(left_item)
     if left is None:
         return None
-    source, a = left
+    source_item, a, source = left
     right_item = getattr(right, "lineage", None)  # a traced array's
     right_selection = _selection(right_item) if right_item is not None else None
-    if right_selection is not None and right_selection[0].lineage.key == source.lineage.key:
+    if right_selection is not None and right_selection[0].key == source_item.key:
         b = right_selection[1]
-        other, direct, through_source = source, len(a) * len(b), source.shape[1] ** 2
-    elif right_item is not None and right.ndim in (1, 2) and right.shape[0] == source.shape[0]:
+        other_item, other = source_item, source
+        direct, through_source = len(a) * len(b), (source.shape[1] ** 2 if source is not None else None)
+    elif right_item is not None and right.ndim in (1, 2) and (source is None or right.shape[0] == source.shape[0]):
         b = None
-        other, direct, through_source = right, len(a), source.shape[1]
+        other_item, other = right_item, right
+        direct, through_source = len(a), (source.shape[1] if source is not None else None)
     else:
         return None
-    whole = product_item(transpose_item(source.lineage), other.lineage)
+    whole = product_item(transpose_item(source_item), other_item)
     tier = default.host()
-    reused = held(whole)
-    if not reused and through_source > 2 * direct:
-        return None
     start = time.perf_counter()
-    product, _ = cached(whole, lambda: np.asarray(source).T @ np.asarray(other))
+    if source is None:  # only the source's cached product can serve: never computed here
+        found = tier.peek(whole.key, item=whole)
+        if found is None:
+            return None
+        product, reused = found[0], True
+    else:
+        compute = lambda: np.asarray(source).T @ np.asarray(other)  # noqa: E731
+        if through_source <= 2 * direct:
+            compute = started_early(whole, compute)  # while P is hashed, if it is
+        reused = held(whole)
+        if not reused and through_source > 2 * direct:
+            return None
+        product, _ = cached(whole, compute)
     value = product[list(a)] if b is None else product[np.ix_(a, b)]
     if reused:
         tier.count("partial_hits")
@@ -115,16 +159,43 @@ def canonical_concatenation(function, args, kwargs):
     return LineageItem("concatenate", inputs=inputs, literals=(literal(axis), literal(widths)))
 
 
+def literal_axis(item: LineageItem) -> int:
+    """The axis of a concatenation item (see canonical_concatenation)."""
+    return int(item.literals[0][1])
+
+
 def sections(item: LineageItem, axis: int):
-    """[(part item, slice along axis)] when ``item`` concatenates along ``axis``, else None."""
-    if item.opcode != "concatenate" or item.literals[0] != literal(axis):
-        return None
-    bounds = np.cumsum([0] + [int(w) for _, w in item.literals[1][1]])
-    return [(part, slice(bounds[i], bounds[i + 1])) for i, part in enumerate(item.inputs)]
+    """[(part item, slice along axis)] when ``item`` concatenates along ``axis`` (a concatenation, or a
+    product assembled from column blocks), else None."""
+    if item.opcode == "concatenate":
+        if item.literals[0] != literal(axis):
+            return None
+        parts = zip(item.inputs, (int(w) for _, w in item.literals[1][1]))
+    else:
+        with _lock:
+            composed = _compositions.get(item.key) if axis == 1 else None
+        if composed is None:
+            return None
+        parts = composed
+    found, start = [], 0
+    for part, width in parts:
+        found.append((part, slice(start, start + width)))
+        start += width
+    return found
 
 
 def _take(value, axis, where):
     return value[where] if axis == 0 else value[:, where]
+
+
+def _pieces(array, axis, parts):
+    """[(part item, part value)] of ``array`` along ``axis``: a deferred array's own parts, so that
+    the whole is never made, else slices of its value."""
+    own = getattr(array, "parts", None)
+    if own is not None and getattr(array, "axis", None) == axis and len(own) == len(parts):
+        return [(p, np.asarray(value)) for (p, _), value in zip(parts, own)]
+    whole = np.asarray(array)
+    return [(p, _take(whole, axis, where)) for p, where in parts]
 
 
 def crossproduct(item: LineageItem, left_t, right):
@@ -137,11 +208,12 @@ def crossproduct(item: LineageItem, left_t, right):
     ``left_t`` is a traced array, ``right`` a traced or plain one; returns (value, held) or None.
     """
     tier = default.host()
-    if tier.state_of(item.key) is not None:
-        return None  # a full hit (or a computation under way) is better than any rewrite
-    left = np.asarray(left_t).T
-    right_value = np.asarray(right)
-    if left_t.ndim != 2 or right_value.ndim not in (1, 2) or left_t.lineage.opcode != "transpose":
+    # A full hit (or a computation under way) is better than any rewrite; while a part is still
+    # hashed there can be none, and the blocks start meanwhile (see started_early).
+    if not item.pending and tier.state_of(item.key) is not None:
+        return None
+    right_ndim = getattr(right, "ndim", None)
+    if left_t.ndim != 2 or right_ndim not in (1, 2) or left_t.lineage.opcode != "transpose":
         return None
     left_item, right_item = left_t.lineage.inputs[0], item.inputs[1]
     if transpose_item(left_item) != left_t.lineage:
@@ -149,19 +221,21 @@ def crossproduct(item: LineageItem, left_t, right):
     selected = column_selection_product(item, left_item, right)
     if selected is not None:
         return selected
+    source = getattr(left_t, "source", None)  # L of a deferred Lᵀ: its parts, not its value
+    left = source if source is not None else np.asarray(left_t).T
     rows = sections(left_item, 0), sections(right_item, 0)
     gram = left_item == right_item
     if rows[0] and rows[1] and [s for _, s in rows[0]] == [s for _, s in rows[1]]:
         summed = True
-        pairs = [[((p, _take(left, 0, s)), (q, _take(right_value, 0, s)))] for (p, s), (q, _) in zip(*rows)]
+        pairs = [[pair] for pair in zip(_pieces(left, 0, rows[0]), _pieces(right, 0, rows[1]))]
     else:
-        left_parts = sections(left_item, 1) or [(left_item, slice(None))]
-        right_parts = (sections(right_item, 1) if right_value.ndim == 2 else None) or [(right_item, slice(None))]
-        if len(left_parts) == len(right_parts) == 1:
+        columns = sections(left_item, 1), (sections(right_item, 1) if right_ndim == 2 else None)
+        if not columns[0] and not columns[1]:
             return None
         summed = False
-        pairs = [[((p, _take(left, 1, s)), (q, right_value if right_value.ndim == 1 else _take(right_value, 1, t)))
-                  for q, t in right_parts] for p, s in left_parts]
+        lefts = _pieces(left, 1, columns[0]) if columns[0] else [(left_item, np.asarray(left))]
+        rights = _pieces(right, 1, columns[1]) if columns[1] else [(right_item, np.asarray(right))]
+        pairs = [[(p, q) for q in rights] for p in lefts]
 
     start, reused, blocks = time.perf_counter(), 0, []
     for i, row in enumerate(pairs):
@@ -171,11 +245,12 @@ def crossproduct(item: LineageItem, left_t, right):
                 blocks[i].append(blocks[j][i].T)  # (Xᵀv)ᵀ = vᵀX: a Gram matrix is symmetric
                 continue
             block_item = product_item(transpose_item(p), q)
+            compute = started_early(block_item, lambda a=p_value.T, b=q_value: a @ b)
             reused += tier.state_of(block_item.key) is not None
-            blocks[i].append(cached(block_item, lambda a=p_value.T, b=q_value: a @ b)[0])
+            blocks[i].append(cached(block_item, compute)[0])
     if summed:
         value = sum(row[0] for row in blocks)  # row-appended: a sum of the parts' products
-    elif right_value.ndim == 1:
+    elif right_ndim == 1:
         value = np.concatenate([row[0] for row in blocks])
     else:
         value = np.block(blocks)
@@ -185,3 +260,111 @@ def crossproduct(item: LineageItem, left_t, right):
         log.debug("partial hit %s: %d of %d blocks reused", item.key, reused, sum(map(len, pairs)))
     value = tier.get_or_compute(item.key, lambda: value, item=item, cost_hint=elapsed)
     return value, held(item)
+
+
+def blockwise_product(left, right):
+    """How to compute ``left @ right`` from the parts of a deferred concatenation ``left`` without
+    making it (``[A1 A2] @ w = A1 @ w1 + A2 @ w2``, ``[A1; A2] @ w = [A1 @ w; A2 @ w]``), or None."""
+    if not getattr(left, "deferred", False) or left.ndim != 2 or getattr(right, "ndim", None) not in (1, 2):
+        return None
+    for axis in (0, 1):
+        parts = sections(left.lineage, axis)
+        if parts:
+            break
+    else:
+        return None
+
+    def compute():
+        pieces = _pieces(left, axis, parts)
+        other = np.asarray(right)
+        if axis == 0:
+            return np.concatenate([value @ other for _, value in pieces])
+        return sum(value @ other[where] for (_, value), (_, where) in zip(pieces, parts))
+    return compute
+
+
+class _Product:
+    """A product ``A @ C`` of a left operand A: C's value and the column blocks it is made of,
+    each (block item, the right operand it was computed from, its columns there)."""
+
+    __slots__ = ("right", "blocks")
+
+    def __init__(self, right, blocks):
+        self.right, self.blocks = right, blocks
+
+
+def prefix_product(item: LineageItem, left, right):
+    """``left @ right`` from ``left``'s earlier products whose right operands share a column prefix
+    with ``right`` (compared value by value), or None (then it is computed directly, and remembered).
+
+    Returns ("blocks", [(block item, value)]): the product is the blocks side by side (never made
+    unless read; see DeferredArray); or ("columns", value, source item, k): the first k columns of
+    the cached product of that item (a column selection of it).
+    """
+    if getattr(right, "ndim", None) != 2 or left.ndim != 2 or left.shape[1] != right.shape[0] \
+            or right.shape[0] >= left.shape[0] or right.nbytes > MAX_PREFIX_BYTES // 16 \
+            or left.shape[0] * right.size < PREFIX_MIN_WORK or getattr(right, "deferred", False):
+        return None  # only a tall A times a narrow B (a projection), whose B is cheap to compare
+    tier = default.host()
+    if tier.state_of(item.key) is not None:
+        return None  # a full hit (or a computation under way) is better than any rewrite
+    b = np.asarray(right)
+    if not numpy_backend.immutable(b):
+        b = b.copy()  # compared with later operands: a plain array may change in place
+    k = b.shape[1]
+    with _lock:
+        products = list(_products.get(left.lineage.key, ()))
+    longer = shorter = None  # the narrowest product at least as wide, the widest narrower one
+    for product in products:
+        c = product.right
+        if c.shape[0] != b.shape[0] or c.dtype != b.dtype:
+            continue
+        width = c.shape[1]
+        if width >= k and np.array_equal(c[:, :k], b) and (longer is None or width < longer.right.shape[1]):
+            longer = product
+        elif width < k and np.array_equal(b[:, :width], c) and (shorter is None or width > shorter.right.shape[1]):
+            shorter = product
+    if longer is not None and longer.right.shape[1] == k:
+        if len(longer.blocks) == 1:
+            return None  # the same product, computed whole: a full hit
+        blocks = longer.blocks  # the same product, assembled before
+    elif longer is not None and len(longer.blocks) == 1 and held(longer.blocks[0][0]):
+        source_item = longer.blocks[0][0]
+        whole = cached(source_item, lambda: np.asarray(left) @ longer.right)[0]
+        tier.count("partial_hits")
+        log.debug("partial hit %s: the first %d columns of the cached product %s", item.key, k, source_item.key)
+        return "columns", whole[:, :k], source_item, k
+    elif shorter is None:
+        _remember_product(left.lineage.key, _Product(b, ((item, b, slice(0, k)),)))
+        return None
+    else:
+        width = shorter.right.shape[1]
+        extension = trace_item("getitem", (right, (slice(None), slice(width, k))))
+        blocks = shorter.blocks + ((product_item(left.lineage, extension), b, slice(width, k)),)
+        _remember_product(left.lineage.key, _Product(b, blocks))
+        with _lock:
+            _compositions[item.key] = tuple((block, where.stop - where.start) for block, _, where in blocks)
+            while len(_compositions) > MAX_COMPOSITIONS:
+                _compositions.popitem(last=False)
+    values, reused = [], 0
+    for block_item, source, where in blocks:
+        reused += held(block_item)
+        values.append((block_item, cached(block_item, lambda s=source, w=where: np.asarray(left) @ s[:, w])[0]))
+    if reused:
+        tier.count("partial_hits")
+        log.debug("partial hit %s: %d of %d column blocks reused", item.key, reused, len(blocks))
+    return "blocks", values
+
+
+def _remember_product(left_key: str, product: _Product):
+    global _prefix_bytes
+    with _lock:
+        _products.setdefault(left_key, []).append(product)
+        _products.move_to_end(left_key)
+        _prefix_bytes += product.right.nbytes
+        while _prefix_bytes > MAX_PREFIX_BYTES and _products:
+            oldest = next(iter(_products))
+            forgotten = _products[oldest].pop(0)
+            _prefix_bytes -= forgotten.right.nbytes
+            if not _products[oldest]:
+                del _products[oldest]

@@ -1,0 +1,168 @@
+"""The partial-reuse rewrites (memphis.tracing.partial) and deferred arrays: every answer equals
+direct numpy, whatever the inputs' dtype and layout, and the work each rewrite saves is counted."""
+import importlib
+
+import numpy as np
+import pytest
+
+import memphis
+import memphis.local as ml
+
+calls = importlib.import_module("memphis.tracing.calls")
+
+ROWS, COLUMNS = 3000, 40
+
+# The layouts and dtypes a rewrite must treat alike: (name, make X from a C-ordered float64 matrix, rtol).
+LAYOUTS = [
+    ("c-float64", lambda M: M, 1e-10),
+    ("float32", lambda M: M.astype(np.float32), 1e-4),
+    ("fortran", lambda M: np.asfortranarray(M), 1e-10),
+    ("strided-rows", lambda M: np.repeat(M, 2, axis=0)[::2], 1e-10),
+    ("transposed", lambda M: np.ascontiguousarray(M.T).T, 1e-10),
+]
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(11)
+    return rng.standard_normal((ROWS, COLUMNS)), rng.standard_normal(ROWS)
+
+
+def count_products(monkeypatch):
+    """(item key, multiply-adds) of every product the traced arrays and the rewrites compute."""
+    computed = []
+    cached = calls.cached
+
+    def counting(item, compute, **options):
+        if item.opcode != "ufunc.matmul":
+            return cached(item, compute, **options)
+
+        def measured():
+            value = compute()
+            computed.append(item.key)
+            return value
+        return cached(item, measured, **options)
+    for module in ("memphis.tracing.array", "memphis.tracing.partial"):
+        monkeypatch.setattr(importlib.import_module(module), "cached", counting)
+    return computed
+
+
+@pytest.mark.parametrize("name,layout,rtol", LAYOUTS, ids=[name for name, _, _ in LAYOUTS])
+def test_every_rewrite_equals_direct_numpy(local_tier, data, name, layout, rtol):
+    X, y = layout(data[0]), data[1].astype(layout(data[0]).dtype)
+    tX, ty = memphis.array(X), memphis.array(y)
+    atol = rtol * ROWS
+    tX.T @ tX, tX.T @ ty  # the cached products the selections are cut from
+    for columns in ([0, 3, 5, 7] + list(range(10, 40)), [39, 1, 2, 30] + list(range(5, 25))):
+        S = tX[:, columns]
+        np.testing.assert_allclose((S.T @ S).numpy(), X[:, columns].T @ X[:, columns], rtol=rtol, atol=atol)
+        np.testing.assert_allclose((S.T @ ty).numpy(), X[:, columns].T @ y, rtol=rtol, atol=atol)
+        assert S.deferred  # answered from XᵀX and Xᵀy: the gather was never made
+        np.testing.assert_array_equal(S.numpy(), X[:, columns])
+    parts = np.array_split(X, 3)
+    folds = [memphis.array(p) for p in parts]
+    for k in range(3):
+        train = np.vstack([f for i, f in enumerate(folds) if i != k])
+        rest = np.vstack([p for i, p in enumerate(parts) if i != k])
+        np.testing.assert_allclose((train.T @ train).numpy(), rest.T @ rest, rtol=rtol, atol=atol)
+        w = memphis.array(np.linspace(-1, 1, COLUMNS).astype(X.dtype))
+        np.testing.assert_allclose((train @ w).numpy(), rest @ np.asarray(w), rtol=rtol, atol=atol)
+        assert train.deferred
+        np.testing.assert_array_equal(train.numpy(), rest)
+    V = memphis.array(np.linalg.qr(np.random.default_rng(3).standard_normal((COLUMNS, COLUMNS)))[0].astype(X.dtype))
+    for K in (5, 12, 30, 12, 40):  # ascending, then a smaller K again, then the widest
+        B = V[:, :K] * 2.0
+        Z = tX @ B
+        direct = X @ (np.asarray(V)[:, :K] * 2.0)
+        np.testing.assert_allclose((Z.T @ Z).numpy(), direct.T @ direct, rtol=rtol, atol=atol)
+        np.testing.assert_allclose((Z.T @ ty).numpy(), direct.T @ y, rtol=rtol, atol=atol)
+        np.testing.assert_allclose((Z @ np.ones(K, X.dtype)).numpy(), direct @ np.ones(K, X.dtype), rtol=rtol,
+                                   atol=atol)
+        np.testing.assert_allclose(Z.numpy(), direct, rtol=rtol, atol=atol)
+
+
+def test_a_sweep_over_k_computes_each_column_of_the_projection_once(local_tier, data, monkeypatch):
+    computed = count_products(monkeypatch)
+    X, y = data
+    tX, ty = memphis.array(X), memphis.array(y)
+    V = memphis.array(np.random.default_rng(4).standard_normal((COLUMNS, COLUMNS)))
+    for K in (10, 20, 30, 40):  # each at least partial.PREFIX_MIN_WORK multiply-adds
+        Z = tX @ V[:, :K]
+        (Z.T @ Z).numpy(), (Z.T @ ty).numpy()
+        assert Z.deferred == (K > 10)  # assembled from column blocks, never copied side by side
+    # The 4 projection blocks of 10 columns each (40 in all, as one product of the widest K);
+    # per K the new blocks of the Gram matrix (the new block against every block) and of Zᵀy.
+    assert len(computed) == 4 + (1 + 2 + 3 + 4) + 4
+    assert ml.stats()["partial_hits"] == 3 * 3  # K = 20, 30, 40: the projection, its Gram and Zᵀy
+
+
+def test_a_sweep_from_the_widest_k_cuts_every_smaller_one(local_tier, data, monkeypatch):
+    computed = count_products(monkeypatch)
+    X, y = data
+    tX, ty = memphis.array(X), memphis.array(y)
+    V = memphis.array(np.random.default_rng(5).standard_normal((COLUMNS, COLUMNS)))
+    for K in (40, 20, 10):
+        Z = tX @ V[:, :K]
+        direct = X @ np.asarray(V)[:, :K]
+        np.testing.assert_allclose((Z.T @ Z).numpy(), direct.T @ direct, rtol=1e-10, atol=1e-8)
+        np.testing.assert_allclose((Z.T @ ty).numpy(), direct.T @ y, rtol=1e-10, atol=1e-8)
+    assert len(computed) == 3  # the widest projection, its Gram matrix and Zᵀy; every smaller K is cut
+    assert ml.stats()["partial_hits"] == 2 + 2 * 2
+
+
+def test_a_plain_right_operand_changed_in_place_is_never_mistaken(local_tier, data):
+    X, _ = data
+    tX = memphis.array(X)
+    B = np.random.default_rng(6).standard_normal((COLUMNS, 20))
+    first = (tX @ B[:, :10]).numpy().copy()
+    B[:, :10] += 1.0  # the same array object, other values
+    np.testing.assert_allclose((tX @ B).numpy(), X @ B, rtol=1e-10)
+    np.testing.assert_allclose(first, X @ (B[:, :10] - 1.0), rtol=1e-10)
+
+
+def test_a_deferred_array_is_made_once_when_read(local_tier, data):
+    X, _ = data
+    S = memphis.array(X)[:, [2, 4, 6]]
+    assert S.deferred and S.shape == (ROWS, 3) and S.dtype == X.dtype
+    np.testing.assert_array_equal((S * 2.0).numpy(), X[:, [2, 4, 6]] * 2.0)  # any other use makes it
+    assert not S.deferred
+    assert S.numpy() is S.numpy() and not S.numpy().flags.writeable
+
+
+def test_a_cheap_operation_is_not_kept_and_a_recurring_one_is(data):
+    tier = ml.configure(host_max_bytes=64 << 20, disk_max_bytes=0)
+    try:
+        a, b = memphis.array(data[0]), memphis.array(data[0] * 2)
+        tier.overhead_s, tier.first_touch_s = 0.0, 1.0  # keeping a byte costs a second: never worth it
+        for _ in range(3):
+            a + b
+        assert not tier.entries() and tier.stats()["misses"] == 3 and tier.stats()["hits"] == 0
+        tier.first_touch_s = 0.0  # now keeping is free: the next computation is kept, the one after is a hit
+        a + b
+        a + b
+        assert len(tier.entries()) == 1 and tier.stats()["hits"] == 1
+        tier.clear()
+        cost = max(tier._costs.values(), key=lambda c: c[1] or 0)[0]
+        tier.overhead_s = cost * 10  # worth keeping once it has been computed about ten times
+        kept_at = next(n for n in range(1, 100) if (a + b, tier.entries())[1])
+        assert 3 <= kept_at <= 40 and tier.stats()["hits"] == 1
+    finally:
+        ml.configure()
+
+
+def test_calls_bind_like_numpy(local_tier, data):
+    t = memphis.array(data[0])
+    assert np.sum(t, 0).lineage == np.sum(t, axis=0).lineage == t.sum(axis=0).lineage
+    assert np.transpose(t).lineage == t.T.lineage == np.transpose(t, None).lineage
+    with pytest.raises(TypeError):
+        np.sum(t, bogus=1)
+    with pytest.raises(TypeError):
+        np.sum(t, 0, axis=0)
+
+
+def test_a_ufunc_call_keys_as_its_general_encoding(local_tier):
+    a, plain = memphis.array(np.ones(3)), np.arange(3.0)
+    for ufunc, arguments in ((np.add, (a, a)), (np.multiply, (a, 2.0)), (np.subtract, (3, a)),
+                             (np.add, (a, plain)), (np.exp, (a,))):
+        item = calls.ufunc_item(ufunc, "__call__", arguments, {})
+        assert item == calls.trace_item(item.opcode, (tuple(arguments), ())) and item.inputs
