@@ -63,6 +63,7 @@ bench: $(VENV)/.installed
 		--out $(RESULTS)/ml_pressure
 	$(PY) benchmarks/ml_workloads.py --skip joblib,joblib_second_process --no-systemds --no-spark \
 		--out $(RESULTS)/ml_threads
+	$(ONE_BLAS) $(PY) benchmarks/sklearn_pipelines.py
 	$(PY) benchmarks/tracing_overhead.py
 	$(ONE_BLAS) $(PY) benchmarks/gpu_tier.py --device simulated
 	$(PY) benchmarks/run_all.py
@@ -83,6 +84,7 @@ bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --quick --out $(QUICK)
 	$(PY) benchmarks/run.py --quick --pressure --workload tpch_session --out $(QUICK)
 	$(ONE_BLAS) $(PY) benchmarks/ml_workloads.py --quick --out $(QUICK)
+	$(ONE_BLAS) $(PY) benchmarks/sklearn_pipelines.py --quick --out $(QUICK)
 	$(PY) benchmarks/tracing_overhead.py --quick --out $(QUICK)
 	$(ONE_BLAS) $(PY) benchmarks/gpu_tier.py --quick --out $(QUICK)
 	$(PY) benchmarks/run_all.py --quick --out $(QUICK)

@@ -36,7 +36,6 @@ stays large and the facts small (at 2 000 000 × 300 000 a plain run took a minu
 600 000 × 100 000 the broadcast was too cheap for the modes to differ).
 """
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -46,7 +45,8 @@ from pyspark.sql import functions as F
 
 import memphis
 from harness import SESSION_TUNING, environment, jobs_in_group, settle
-from rigor import DEFAULT_REPEATS, provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary
+from rigor import (DEFAULT_REPEATS, provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary,
+                   write_results)
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 AGGREGATES = [F.sum, F.avg, F.max, F.min, F.stddev]
@@ -134,9 +134,6 @@ def main(argv=None):
               "quick": args.quick, "runs_per_mode": len(samples["plain"]), "adaptive": not args.no_adaptive,
               "answers_equal": True, "modes": modes, "ratios": ratios_to(samples, "expert"), "environment": env,
               "provenance": provenance()}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "broadcast_joins.json"), "w") as f:
-        json.dump(report, f, indent=2)
     lines = [f"# Broadcast joins: {queries} queries over one broadcast dimension "
              f"({rows:,} fact rows, {dim_rows:,} dimension rows)", "",
              f"| mode | seconds ({queries} queries), median [95 % interval] | time / expert's | median query s "
@@ -150,9 +147,7 @@ def main(argv=None):
               f"canChangeCachedPlanOutputPartitioning=true; {runs_text(args.quick, report['runs_per_mode'])}, "
               "each from empty caches (jobs and counters from the last); plain and expert = memphis off; expert = the "
               "dimension cached by hand.", "", provenance_line(report["provenance"])]
-    with open(os.path.join(args.out, "broadcast_joins.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, "broadcast_joins", report, lines)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import subprocess
 import sys
 
 from harness import SESSION_TUNING
-from rigor import provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary
+from rigor import provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary, write_results
 from workloads.kmeans import CHECKPOINT_EVERY
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -142,9 +142,6 @@ def main(argv=None):
               "runs_per_mode": min(len(s) for s in samples.values()), "answers_equal": True,
               "best_hand_written": best, "results": results, "ratios": ratios_to(samples, best) if best else {},
               "provenance": provenance()}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "kmeans_loop.json"), "w") as f:
-        json.dump(report, f, indent=2)
     lines = [f"# k-means loop: {iterations} iterations, {points} points, 4 centroids (local[2], 1 GB driver, "
              f"{'all modes in one process' if args.quick else 'a fresh process per run'})", "",
              f"| variant | loop seconds, median [95 % interval] | time / {best or 'best hand-written'}'s | "
@@ -157,9 +154,7 @@ def main(argv=None):
                      f"{r['checkpointed']} | {r['checkpoints_released']} | {r['persisted_speculatively']} |")
     lines += ["", f"Per-iteration centroids equal across all runs; {runs_text(args.quick, report['runs_per_mode'])}; "
               "counters from the last run.", "", provenance_line(report["provenance"])]
-    with open(os.path.join(args.out, "kmeans_loop.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, "kmeans_loop", report, lines)
 
 
 if __name__ == "__main__":

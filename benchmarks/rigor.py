@@ -19,6 +19,7 @@ Examples
 'no difference (1.02× [0.95–1.10])'
 """
 import datetime
+import json
 import math
 import os
 import platform
@@ -177,6 +178,16 @@ def provenance() -> dict:
     return {"commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": {"platform": platform.platform(), "processor": _cpu_model(), "cpus": os.cpu_count(),
                         "memory_bytes": memory, "python": sys.version.split()[0]}}
+
+
+def write_results(out: str, name: str, report: dict, lines: list):
+    """Writes ``report`` to ``out``/``name``.json and ``lines`` (the table) to ``out``/``name``.md, and prints the table."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def _cpu_model() -> str:

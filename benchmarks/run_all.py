@@ -22,7 +22,6 @@ every mode once. A full run takes about 4 minutes on 2 cores.
 """
 import argparse
 import concurrent.futures
-import json
 import os
 import tempfile
 import time
@@ -31,7 +30,8 @@ from pyspark.sql import functions as F
 
 import memphis
 from harness import SESSION_TUNING, environment, settle
-from rigor import DEFAULT_REPEATS, provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary
+from rigor import (DEFAULT_REPEATS, provenance, provenance_line, ratios_to, run_checked, runs_text, seconds_summary,
+                   write_results)
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DIMENSION_ROWS = 1_000
@@ -134,9 +134,6 @@ def main(argv=None):
     report = {"benchmark": "run_all", "rows": rows, "actions": 8, "quick": args.quick,
               "runs_per_mode": len(samples["plain"]), "answers_equal": True, "modes": modes,
               "ratios": ratios_to(samples, "expert"), "environment": env, "provenance": provenance()}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "run_all.json"), "w") as f:
-        json.dump(report, f, indent=2)
     lines = [f"# run_all: 8 actions over one shared join + aggregate ({rows:,} fact rows)", "",
              "| mode | seconds, median [95 % interval] | time / expert's | Spark jobs | persisted | hits |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -147,9 +144,7 @@ def main(argv=None):
               f"canChangeCachedPlanOutputPartitioning=true; {runs_text(args.quick, report['runs_per_mode'])}, "
               "each from empty caches (jobs and counters from the last); plain and expert = memphis off.",
               "", provenance_line(report["provenance"])]
-    with open(os.path.join(args.out, "run_all.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, "run_all", report, lines)
 
 
 def _rounded(results):

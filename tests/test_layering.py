@@ -16,7 +16,7 @@ LAYERS = [
     ("base", ["memphis._version", "memphis.errors", "memphis.jar_facts"]),  # jar_facts: the conf table from the jar
     ("backends", ["memphis.backends.*"]),  # what memphis knows of numpy and device arrays
     ("tiers", ["memphis.tiers.*"]),  # host, disk, GPU; the shared core; the Runtime of one cache
-    ("tracing", ["memphis.tracing.*"]),  # lineage items, traced arrays, rewrites, @reuse
+    ("tracing", ["memphis.tracing.*", "memphis.sklearn"]),  # lineage items, traced arrays, rewrites, @reuse; sklearn's memory
     ("spark", ["memphis._jvm", "memphis.jvm_access", "memphis.lineage", "memphis.session", "memphis.concurrent", "memphis.collect",
                "memphis.broadcasts", "memphis.background", "memphis.driver"]),
     ("public", ["memphis", "memphis.local", "memphis.gpu", "memphis.cli", "memphis.demo"]),

@@ -10,6 +10,9 @@ from memphis.errors import MemphisConfigError, MemphisSetupError
 from memphis.lineage import explain_key, lineage_key
 from memphis.local import array, broadcast, collect, reuse
 from memphis.session import clear, configure_spark, entries, session, stats
+# memphis.sklearn.memory(), scikit-learn's memory= (it imports no scikit-learn). Not in __all__: a
+# star import must not shadow a user's ``import sklearn``.
+from memphis import sklearn  # noqa: F401
 
 __all__ = [
     "ActionFailed",
