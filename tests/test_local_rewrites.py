@@ -166,3 +166,12 @@ def test_a_ufunc_call_keys_as_its_general_encoding(local_tier):
                              (np.add, (a, plain)), (np.exp, (a,))):
         item = calls.ufunc_item(ufunc, "__call__", arguments, {})
         assert item == calls.trace_item(item.opcode, (tuple(arguments), ())) and item.inputs
+
+
+def test_a_function_call_keys_as_its_general_encoding(local_tier):
+    t = memphis.array(np.ones((3, 2)))
+    for function, args, kwargs in ((np.sum, (t,), {"axis": 0}), (np.transpose, (t,), {}),
+                                   (np.concatenate, ((t, t),), {"axis": 1}), (np.linalg.solve, (t.T @ t, t.T[0]), {})):
+        item = calls.function_item(function, args, kwargs)
+        general = calls.trace_item(calls.TRACED_FUNCTIONS[function], calls._canonical_arguments(function, args, kwargs))
+        assert item == general and item.key == general.key

@@ -92,8 +92,13 @@ def trace_item(opcode: str, arguments) -> LineageItem:
 
 
 def function_item(function, args, kwargs) -> LineageItem:
-    """The item of a call of a traced numpy function, as its canonical arguments."""
-    return trace_item(TRACED_FUNCTIONS[function], _canonical_arguments(function, args, kwargs))
+    """The item of a call of a traced numpy function, as its canonical arguments: what trace_item
+    makes of the (name, value) pairs, with the names' literals written directly (every call has
+    several, most of them defaults)."""
+    inputs = []
+    pairs = tuple([("tuple", (("str", repr(name)), encode(value, inputs)))
+                   for name, value in _canonical_arguments(function, args, kwargs)])
+    return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=(("tuple", pairs),))
 
 
 _NO_KEYWORDS = ("tuple", ())

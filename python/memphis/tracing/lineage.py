@@ -192,7 +192,7 @@ def literal(value):
     if isinstance(value, slice):
         return ("slice", tuple(literal(v) for v in (value.start, value.stop, value.step)))
     if isinstance(value, (tuple, list)):
-        if all(type(v) is int for v in value):  # column lists, shapes: no call per element
+        if value and type(value[0]) is int and all(type(v) is int for v in value):  # column lists, shapes
             return (type(value).__name__, tuple([("int", repr(v)) for v in value]))
         return (type(value).__name__, tuple(literal(v) for v in value))
     raise Untraceable(f"no literal form for {type(value).__name__}")
@@ -302,7 +302,7 @@ def encode(value, inputs: list):
     if kind in _PLAIN_TYPES:
         return literal(value)
     if kind is tuple or kind is list:
-        if all(type(v) is int for v in value):
+        if value and type(value[0]) is int and all(type(v) is int for v in value):
             return literal(value)
         return (kind.__name__, tuple([encode(v, inputs) for v in value]))
     item = getattr(value, "lineage", None)
