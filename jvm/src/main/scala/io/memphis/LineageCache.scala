@@ -44,6 +44,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** Broadcasts of joins that later queries read instead of building them again. */
   val broadcasts = new io.memphis.reuse.JoinBroadcasts(sparkContext, stats, shareAcrossUsers)
 
+  /** Rows queries collected to the driver that later queries read instead of computing their subplan again. */
+  val collected = new io.memphis.collected.CollectedResults(stats)
+
   private val eviction = new Eviction(table, spark, stats, storageBudgetBytes, () => checkpoints.storageBytes)
   private val storage = new StorageTracking(sparkContext, table, spark, eviction, stats)
   private val slower = new SlowerQueries(eviction, stats)
@@ -173,20 +176,23 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /**
    * When the driver heap stays above its threshold after a collection ([[HeapPressure]]): lets go of
-   * join broadcasts and, in local mode, where executors' storage is the driver heap, idle
+   * join broadcasts, kept collected results and, in local mode, where executors' storage is the driver heap, idle
    * materialized entries, lowest value per byte first (see [[Eviction.relieve]]). Spark would
    * otherwise run out of memory with them referenced.
    */
   def relievePressure(): Unit = if (pressure.crossed()) table.locked {
     val why = s"heap pressure (${pressure.describe})"
     eviction.relieve(why, broadcasts.retained.map(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.bytes,
-      () => broadcasts.release(r, Counter.PressureReleases, why))), onDriverHeap = sparkContext.isLocal)
+      () => broadcasts.release(r, Counter.PressureReleases, why))) ++
+      collected.retained.map(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.bytes,
+        () => collected.release(r, why, Counter.PressureReleases))), onDriverHeap = sparkContext.isLocal)
   }
 
   /** Lets go of everything memphis holds (`memphis.clear`, or memphis turned off). */
   def releaseAll(session: SparkSession, why: String): Unit = table.locked {
     checkpoints.releaseAll(why)
     broadcasts.releaseAll(why)
+    collected.releaseAll(why)
     eviction.releaseAll(session, why)
   }
 
@@ -199,10 +205,11 @@ final class LineageCache private (val sparkContext: SparkContext) {
       releaseOf(user, s"the last Spark Connect session of $user closed")
     }
 
-  /** Lets go of what only `user` could use: their entries', checkpoints' and join broadcasts' data. */
+  /** Lets go of what only `user` could use: their entries', checkpoints', join broadcasts' and collected results' data. */
   private def releaseOf(user: String, why: String): Unit = table.locked {
     checkpoints.releaseOf(user, why)
     broadcasts.releaseOf(user, why)
+    collected.releaseOf(k => scoped(k.hash, user), why)
     eviction.releaseOf(user, why)
   }
 
