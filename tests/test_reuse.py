@@ -75,8 +75,8 @@ def rewrite_a_file_in_place(path):
 
 
 @pytest.mark.parametrize("change", [copy_a_file_in, rewrite_a_file_in_place])
-def test_a_parquet_directory_changed_outside_spark_is_never_served_stale(fresh, tmp_path, change):
-    spark = fresh
+def test_a_parquet_directory_changed_outside_spark_is_never_served_stale(spark_tier, tmp_path, change):
+    spark = spark_tier
     path = sales(spark, str(tmp_path / "sales"))
     for _ in range(3):
         before = sorted(per_key(spark, path).collect())
@@ -103,8 +103,8 @@ def test_non_deterministic_subplans_are_never_cached(fresh):
     assert not [e for e in entry_states(spark).values() if e["state"] in ("to-persist", "materialized")]
 
 
-def test_min_occurrences_and_clear(fresh):
-    spark = fresh
+def test_min_occurrences_and_clear(spark_tier):
+    spark = spark_tier
     spark.conf.set("spark.memphis.reuse.minOccurrences", "3")
     def df():  # a new DataFrame per action: one DataFrame plans once, however often it runs
         return spark.range(5000).groupBy((F.col("id") % 7).alias("k")).count()
@@ -245,8 +245,8 @@ def test_concurrent_queries_answer_right_and_persist_each_entry_once(fresh, tmp_
     assert after["hits"] > before["hits"]
 
 
-def test_an_evicted_entry_is_persisted_again_when_it_returns(fresh):
-    spark = fresh
+def test_an_evicted_entry_is_persisted_again_when_it_returns(spark_tier):
+    spark = spark_tier
 
     def df():
         return spark.range(20_000).groupBy((F.col("id") % 11).alias("k")).count()

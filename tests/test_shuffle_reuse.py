@@ -45,8 +45,8 @@ def test_second_occurrence_persists_from_the_first_occurrences_shuffle(adaptive,
     assert tasks < plain_tasks, (tasks, plain_tasks)
 
 
-def test_a_changed_source_is_not_read_from_a_kept_shuffle(fresh, tmp_path):
-    spark = fresh
+def test_a_changed_source_is_not_read_from_a_kept_shuffle(spark_tier, tmp_path):
+    spark = spark_tier
     path = sales(spark, str(tmp_path / "sales"))
     per_key(spark, path).collect()  # first occurrence: its shuffle is kept
     part = sorted(glob.glob(os.path.join(path, "part-*.parquet")))[0]
