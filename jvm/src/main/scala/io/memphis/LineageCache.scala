@@ -7,7 +7,7 @@ import io.memphis.LineageCache.Marks
 import io.memphis.cache.{EntryTable, Eviction, Executions, PendingObservation, QueryCandidates, QueryConf, ReuseActions,
   ReusePolicy, SlowerQueries, SparkCache, StorageTracking}
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.{CacheEntry, EvictionPolicy, OwnerMark, RetainShuffle, StorageListener}
+import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, OwnerMark, RetainShuffle, StorageListener}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -113,8 +113,45 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val owned =
       if (executing) carryOut(session, query, candidates, decisions, entries, conf, planned)
       else actions.served(query, decisions)
+    servedInSubqueries(session, query, executing).foreach(owned.add)
     if (!shareAcrossUsers) owned.forEach(p => marks.put(p, OwnerMark(query.user, _)))
     (marks, if (executing) None else Some(new PendingObservation(query, decisions)))
+  }
+
+  /**
+   * The outermost subplans of `query`'s subqueries (IN, EXISTS, scalar; not their correlated
+   * parts) for which Spark holds one of the user's entries: served there too, as in the query's
+   * own plan, and counted as hits when the query runs. Nothing in a subquery counts as a first
+   * occurrence or is persisted: the policy decides on the query's own plan.
+   */
+  private def servedInSubqueries(session: SparkSession, query: QueryCandidates, executing: Boolean): Seq[LogicalPlan] = {
+    val subqueries = if (table.holdsAny) QueryCandidates.subqueryPlans(query.plan) else Nil
+    if (subqueries.isEmpty) Nil
+    else {
+      val context = MemphisConf.keyContext(session)
+      subqueries.flatMap { sub =>
+        val keys = new java.util.IdentityHashMap[LogicalPlan, LineageKey.Result]()
+        LineageKey.ofSubplans(sub, context).foreach { case (p, r) => keys.put(p, r) }
+        def held(p: LogicalPlan): Option[CacheEntry] = Option(keys.get(p)).flatMap(_.toOption)
+          .filter(_ => QueryCandidates.isCandidate(p, sub) && !QueryCandidates.correlated(p))
+          .flatMap(k => table.get(scoped(k.hash, query.user)).filter(_.key.sameLineage(k)))
+          .filter(e => EntryState.Holding.contains(e.state) && spark.relationName(session,
+            QueryCandidates.owned(p, query.user, java.util.Collections.emptySet(), table.shared))
+            .contains(e.relation.map(_.name)))
+        def walk(p: LogicalPlan): Seq[LogicalPlan] = held(p) match {
+          case Some(e) =>
+            if (executing) {
+              e.addConsumer(query.consumer)
+              e.occurrences += 1
+              e.lastAccess = System.currentTimeMillis()
+              actions.hit(e)
+            }
+            Seq(p)
+          case None => p.children.flatMap(walk)
+        }
+        table.locked(walk(sub))
+      }
+    }
   }
 
   /** Carries out the decisions on an executed query: persists what is due; returns the subplans it reads from memphis. */

@@ -6,11 +6,11 @@ import scala.util.control.NonFatal
 
 import io.memphis.{CacheStats, ConnectSessions, LineageCache, MemphisConf}
 import io.memphis.CacheStats.Counter
-import io.memphis.cache.Executions
+import io.memphis.cache.{Executions, QueryCandidates}
 import io.memphis.lineage.LineageKey
 import io.memphis.reuse.ReuseRule
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, ExprId}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, ExprId, SubqueryExpression}
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.internal.SQLConf
@@ -72,12 +72,8 @@ object CollectedResultRule {
     private val maxBytes = MemphisConf.CollectedMaxBytes.get(conf)
     private lazy val executing = Executions.executing(session.sparkContext)
     private lazy val user = ConnectSessions.userOfQuery(session)
-    private lazy val keyed = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session))
-    private lazy val keys = {
-      val found = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
-      keyed.foreach { case (p, r) => found.put(p, r) }
-      found
-    }
+    private lazy val keyed = LineageKey.ofSubplans(plan, context)
+    private lazy val keys = byPlan(keyed)
     private lazy val sparkHolds = !SparkShimImpl.cacheManager(session).isEmpty
 
     def run(): LogicalPlan = {
@@ -91,14 +87,23 @@ object CollectedResultRule {
       }
     }
 
-    private def keyOf(p: LogicalPlan): Option[LineageKey] = Option(keys.get(p)).flatMap(_.toOption)
+    private def byPlan(results: Seq[(LogicalPlan, LineageKey.Result)]): IdentityHashMap[LogicalPlan, LineageKey.Result] = {
+      val found = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
+      results.foreach { case (p, r) => found.put(p, r) }
+      found
+    }
 
     private def types(p: LogicalPlan) = p.output.map(_.dataType)
 
-    /** `p` with its outermost subplans whose rows are kept replaced by them (see the class comment). */
-    private def serve(p: LogicalPlan): LogicalPlan =
+    private def serve(root: LogicalPlan): LogicalPlan = serve(root, keys)
+
+    /**
+     * `p` with its outermost subplans whose rows are kept replaced by them (see the class comment),
+     * in its subqueries too (their own subplans keyed apart; not those that read an outer query's columns).
+     */
+    private def serve(p: LogicalPlan, keys: IdentityHashMap[LogicalPlan, LineageKey.Result]): LogicalPlan =
       if (sparkHolds && SparkShimImpl.lookupCachedData(session, p).isDefined) p
-      else keyOf(p).filter(_ => !p.isInstanceOf[LeafNode])
+      else Option(keys.get(p)).flatMap(_.toOption).filter(_ => !p.isInstanceOf[LeafNode] && !QueryCandidates.correlated(p))
         .flatMap(k => results.lookup(cache.scoped(k.hash, user), k, types(p), count = executing).map(k -> _)) match {
         case Some((k, r)) =>
           if (executing) {
@@ -107,8 +112,15 @@ object CollectedResultRule {
               s"query collected (read ${r.uses} times), not computed again")
           } else CacheStats.log.debug(s"memphis: ${k.hash} planned to read the rows an earlier query collected")
           CollectedResult(k, p, r.rows)
-        case None => p.mapChildren(serve)
+        case None =>
+          val served = p.mapChildren(serve(_, keys))
+          if (!served.expressions.exists(_.exists(_.isInstanceOf[SubqueryExpression]))) served
+          else served.transformExpressions {
+            case s: SubqueryExpression => s.withNewPlan(serve(s.plan, byPlan(LineageKey.ofSubplans(s.plan, context))))
+          }
       }
+
+    private lazy val context = MemphisConf.keyContext(session)
 
     /** Asks [[KeepResultRule]] to keep this query's rows for `subplan`, unless they are kept already. */
     private def keepRows(subplan: LogicalPlan, ordinals: Seq[Int]): Unit = keys.get(subplan) match {

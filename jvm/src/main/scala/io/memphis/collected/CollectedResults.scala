@@ -7,7 +7,7 @@ import io.memphis.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, SourceFingerprint}
 import io.memphis.reuse.EvictionPolicy
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{BoundReference, UnsafeProjection}
+import org.apache.spark.sql.catalyst.expressions.{BoundReference, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.types.DataType
 
@@ -94,18 +94,25 @@ final class CollectedResults(stats: CacheStats) {
    * the others kept, at most `budget` bytes (the others of least value per byte go first to make room).
    */
   def offer(request: KeepRequest, rows: Array[InternalRow], budget: Long): Unit = {
-    val project = UnsafeProjection.create(request.ordinals.zip(request.types).map { case (i, t) => BoundReference(i, t, true) })
     val keyBytes = CollectedResults.EntryBytes + 2L * request.key.canonicalChars
+    // Too many rows, or (when they are the subplan's own) too many bytes: refused without a copy.
+    val same = request.ordinals == request.types.indices &&
+      rows.forall { case u: UnsafeRow => u.numFields == request.types.size; case _ => false }
+    val least = keyBytes + rows.length * CollectedResults.RowBytes +
+      (if (same) rows.iterator.map(_.asInstanceOf[UnsafeRow].getSizeInBytes.toLong).sum else 0L)
     val kept = mutable.ArrayBuffer.empty[InternalRow]
     var bytes = keyBytes
-    val all = rows.iterator
-    while (all.hasNext && bytes <= request.maxBytes) {
-      val row = project(all.next()).copy()
-      bytes += row.getSizeInBytes + CollectedResults.RowBytes
-      kept += row
+    if (least <= request.maxBytes) {
+      val project = UnsafeProjection.create(request.ordinals.zip(request.types).map { case (i, t) => BoundReference(i, t, true) })
+      val all = rows.iterator
+      while (all.hasNext && bytes <= request.maxBytes) {
+        val row = project(all.next()).copy()
+        bytes += row.getSizeInBytes + CollectedResults.RowBytes
+        kept += row
+      }
     }
     val why = s"result of ${request.key.hash} (${rows.length} rows)"
-    if (bytes > request.maxBytes) {
+    if (least > request.maxBytes || bytes > request.maxBytes) {
       stats.record(Counter.ResultsRefused, s"not kept: $why, more than collected.maxBytes (${request.maxBytes} bytes)")
     } else synchronized {
       val known = entries.get(request.id).filter(_.key.sameLineage(request.key))
