@@ -100,3 +100,15 @@ def test_a_result_larger_than_collected_max_bytes_is_not_kept(fresh):
                                                 "results_refused": 1}
     count = many().agg(F.sum("count")).collect()[0][0]
     assert count == 2000 and changed(before, counters(spark))["results_reused"] == 0
+
+
+def test_kept_rows_serve_a_subquery(fresh):
+    spark = fresh
+    spark.range(1000).selectExpr("id % 10 AS k", "id AS v").createOrReplaceTempView("r")
+    per_k = "SELECT k, sum(v) AS s FROM r GROUP BY k"
+    spark.sql(f"SELECT avg(s) FROM ({per_k})").collect()  # kept: the average
+    query = f"SELECT k FROM ({per_k}) WHERE s > (SELECT avg(s) FROM ({per_k}))"
+    before = counters(spark)
+    on = sorted(spark.sql(query).collect())
+    assert changed(before, counters(spark))["results_reused"] == 1, "the scalar subquery reads the kept average"
+    assert on == memphis_off(spark, lambda: sorted(spark.sql(query).collect())) and len(on) == 5

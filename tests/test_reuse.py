@@ -89,6 +89,21 @@ def test_a_parquet_directory_changed_outside_spark_is_never_served_stale(spark_t
     assert memphis_off(spark, lambda: sorted(per_key(spark, path).collect())) == after
 
 
+def test_a_held_entry_is_served_inside_subqueries(spark_tier, tmp_path):
+    spark = spark_tier
+    spark.read.parquet(sales(spark, str(tmp_path / "sales"))).createOrReplaceTempView("sales")
+    per_k = "SELECT k, sum(v) AS total FROM sales GROUP BY k"
+    for threshold in (0, 1):  # persisted at its second occurrence
+        spark.sql(f"SELECT * FROM ({per_k}) WHERE total > {threshold}").collect()
+    key = memphis.lineage_key(spark.sql(per_k))
+    assert eventually(lambda: entry_states(spark)[key]["state"] == "materialized")
+    query = f"SELECT k FROM ({per_k}) WHERE total > (SELECT avg(total) FROM ({per_k}))"
+    hits = memphis.stats(spark)["hits"]
+    on = sorted(spark.sql(query).collect())
+    assert memphis.stats(spark)["hits"] == hits + 2, "in the query and in its scalar subquery"
+    assert on and on == memphis_off(spark, lambda: sorted(spark.sql(query).collect()))
+
+
 def test_non_deterministic_subplans_are_never_cached(fresh):
     spark = fresh
     spark.range(1000).selectExpr("id % 10 AS k").createOrReplaceTempView("r")
