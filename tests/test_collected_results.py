@@ -37,7 +37,7 @@ def kmeans(spark, tag, noise=False):
         if noise:  # unseeded SQL rand(): no lineage key, nothing may be kept
             centroids = centroids.withColumn("cx", F.col("cx") + F.expr("rand()") * 0)
         query = centroids.orderBy("cid")
-        answer, ran = in_job_group(spark, f"{tag}-{i}", query.collect)
+        answer, ran = in_job_group(spark, f"collected-results-{tag}-{i}", query.collect)  # a group no other test names
         rows.append([tuple(r) for r in answer])
         jobs.append(len(ran))
         heights.append(height(query._jdf.queryExecution().optimizedPlan()))
