@@ -42,7 +42,8 @@ import org.apache.spark.sql.memphis.SparkShimImpl
  * planned (an explain) is served too, so that its plan shows what a run reads, but counts nothing;
  * a plan Spark's CacheManager normalizes (a `cache()`) is not, so that what it caches matches the
  * user's plans whether or not the rows are still kept; nor is anything inside a subplan Spark holds
- * a cached relation of. It never raises into the user's query: on an internal failure it logs why
+ * a cached relation of, nor a subplan that observes metrics (`Dataset.observe`: they are reported by
+ * running it). It never raises into the user's query: on an internal failure it logs why
  * and leaves the plan as it is.
  */
 final class CollectedResultRule(session: SparkSession) extends Rule[LogicalPlan] {
@@ -104,9 +105,14 @@ object CollectedResultRule {
     private def serve(p: LogicalPlan, keys: IdentityHashMap[LogicalPlan, LineageKey.Result]): LogicalPlan =
       if (sparkHolds && SparkShimImpl.lookupCachedData(session, p).isDefined) p
       else Option(keys.get(p)).flatMap(_.toOption).filter(_ => !p.isInstanceOf[LeafNode] && !QueryCandidates.correlated(p))
-        .flatMap(k => results.lookup(cache.scoped(k.hash, user), k, types(p), count = executing).map(k -> _)) match {
+        .flatMap(k => results.lookup(cache.scoped(k.hash, user), k, types(p)).map(k -> _))
+        .filter { case (k, _) => !p.exists(_.isInstanceOf[CollectMetrics]) || { // its metrics are reported by running it
+          CacheStats.log.debug(s"memphis: ${k.hash} not read from kept rows: it observes metrics (Dataset.observe)")
+          false
+        } } match {
         case Some((k, r)) =>
           if (executing) {
+            results.read(r)
             cache.stats.add(Counter.ComputeSavedMs, r.costMs)
             cache.stats.record(Counter.ResultsReused, s"${k.hash}: read from the ${r.rows.size} rows an earlier " +
               s"query collected (read ${r.uses} times), not computed again")
@@ -128,7 +134,7 @@ object CollectedResultRule {
       case Left(reason) => CacheStats.log.debug(s"memphis: the rows of this query will not be kept: $reason")
       case Right(k) =>
         val id = cache.scoped(k.hash, user)
-        if (results.lookup(id, k, types(subplan), count = false).isEmpty) {
+        if (results.lookup(id, k, types(subplan)).isEmpty) {
           KeepResultRule.expect(plan.output.map(_.exprId),
             KeepRequest(id, k, ordinals, types(subplan), maxBytes, System.currentTimeMillis()))
         }

@@ -61,20 +61,22 @@ final class CollectedResults(stats: CacheStats) {
   def retained: Seq[KeptResult] = synchronized(entries.values.toList)
 
   /**
-   * The kept result of `id` whose lineage is `key`'s, if its columns have `types`; counts it read
-   * when `count`. One of the same id and another lineage cannot serve (a hash collision, or another
-   * source state): it stays until a query shows its sources changed ([[dropStale]]).
+   * The kept result of `id` whose lineage is `key`'s, if its columns have `types`. One of the same
+   * id and another lineage cannot serve (a hash collision, or another source state): it stays until
+   * a query shows its sources changed ([[dropStale]]).
    */
-  def lookup(id: String, key: LineageKey, types: Seq[DataType], count: Boolean): Option[KeptResult] = synchronized {
-    entries.get(id).filter(r => r.key.sameLineage(key) && r.types == types).map { r =>
-      if (count) {
-        entries.remove(id)
-        entries(id) = r // least recently used first: a read one moves to the end
-        r.lastUse = System.currentTimeMillis()
-        r.uses += 1
-      }
-      r
+  def lookup(id: String, key: LineageKey, types: Seq[DataType]): Option[KeptResult] = synchronized {
+    entries.get(id).filter(r => r.key.sameLineage(key) && r.types == types)
+  }
+
+  /** Counts `r` read by a query that runs. */
+  def read(r: KeptResult): Unit = synchronized {
+    if (entries.get(r.id).exists(_ eq r)) {
+      entries.remove(r.id)
+      entries(r.id) = r // least recently used first: a read one moves to the end
     }
+    r.lastUse = System.currentTimeMillis()
+    r.uses += 1
   }
 
   /**

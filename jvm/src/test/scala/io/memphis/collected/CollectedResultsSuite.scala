@@ -102,6 +102,21 @@ class CollectedResultsSuite extends AnyFunSuite with LocalSessions {
     assert(counters(spark)("results_reused") == reused)
   }
 
+  test("a subplan that observes metrics is run, not read from kept rows: its metrics are reported") {
+    val spark = newSession()
+    val observed = new java.util.concurrent.atomic.AtomicInteger
+    spark.listenerManager.register(new org.apache.spark.sql.util.QueryExecutionListener {
+      override def onSuccess(funcName: String, qe: org.apache.spark.sql.execution.QueryExecution, durationNs: Long): Unit =
+        if (qe.observedMetrics.contains("rows")) observed.incrementAndGet()
+      override def onFailure(funcName: String, qe: org.apache.spark.sql.execution.QueryExecution, e: Exception): Unit = ()
+    })
+    def df = spark.range(100).groupBy((col("id") % 3).as("k")).count().observe("rows", count("*").as("n"))
+    val before = counters(spark)
+    assert(df.collect().length == 3 && df.collect().length == 3)
+    SparkRuntime.awaitListeners(spark.sparkContext, 30000)
+    assert(observed.get == 2 && delta(before, counters(spark))("results_reused") == 0)
+  }
+
   test("a non-deterministic subplan's rows are not kept") {
     val spark = newSession()
     spark.range(1000).selectExpr("id % 10 AS k").createOrReplaceTempView("r")
@@ -174,10 +189,12 @@ class CollectedResultsSuite extends AnyFunSuite with LocalSessions {
     results.offer(request(key("a"), planned = now - 5000), rows(10), budget = 1L << 20)
     results.offer(request(key("b"), planned = now - 10), rows(10), budget = 1L << 20)
     assert(results.held == 2 && results.heldBytes > 0)
-    assert(results.lookup(key("a").hash, key("a"), Types, count = true).map(_.rows.size).contains(10))
-    assert(results.lookup(key("a").hash, key("a"), Seq(org.apache.spark.sql.types.IntegerType), count = false).isEmpty)
+    val a = results.lookup(key("a").hash, key("a"), Types)
+    assert(a.map(_.rows.size).contains(10))
+    a.foreach(results.read)
+    assert(results.lookup(key("a").hash, key("a"), Seq(org.apache.spark.sql.types.IntegerType)).isEmpty)
     val other = key("a").copy(sources = Seq(LocalContent(1, "changed")))
-    assert(results.lookup(key("a").hash, other, Types, count = false).isEmpty, "another lineage under the same hash")
+    assert(results.lookup(key("a").hash, other, Types).isEmpty, "another lineage under the same hash")
     // Room for two: the third goes in, and "b" (cheap, never read) goes out, not "a" (dear, read once).
     val budget = results.heldBytes + results.retained.head.bytes / 2
     results.offer(request(key("c")), rows(10), budget)
