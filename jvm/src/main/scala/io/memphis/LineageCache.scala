@@ -100,7 +100,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val executing = Executions.executing(sparkContext)
     val planned = System.currentTimeMillis()
     val conf = QueryConf(SparkShimImpl.sqlConf(session))
-    val query = new QueryCandidates(plan, LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)), ConnectSessions.userOfQuery(session))
+    val query = new QueryCandidates(plan, LineageKey.ofQuery(plan, MemphisConf.keyContext(session)), ConnectSessions.userOfQuery(session))
     val (candidates, decisions, entries) = table.locked {
       eviction.session = Some(session)
       storage.uncacheReplaced(session)

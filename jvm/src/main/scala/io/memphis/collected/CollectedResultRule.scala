@@ -51,6 +51,7 @@ final class CollectedResultRule(session: SparkSession) extends Rule[LogicalPlan]
     if (ReuseRule.isSuspended) plan
     else {
       KeepResultRule.forget()
+      LineageKey.forgetQuery() // a new query: its sources are listed afresh
       if (!MemphisConf.Enabled.get(SQLConf.get) || plan.isInstanceOf[Command]) plan
       else ReuseRule.suspended {
         try new CollectedResultRule.Query(session, plan).run()
@@ -73,7 +74,7 @@ object CollectedResultRule {
     private val maxBytes = MemphisConf.CollectedMaxBytes.get(conf)
     private lazy val executing = Executions.executing(session.sparkContext)
     private lazy val user = ConnectSessions.userOfQuery(session)
-    private lazy val keyed = LineageKey.ofSubplans(plan, context)
+    private lazy val keyed = LineageKey.ofQuery(plan, context)
     private lazy val keys = byPlan(keyed)
     private lazy val sparkHolds = !SparkShimImpl.cacheManager(session).isEmpty
 

@@ -1,5 +1,6 @@
 package io.memphis.collected
 
+import io.memphis.lineage.LineageKey
 import io.memphis.reuse.ReuseRule
 import org.apache.spark.sql.catalyst.expressions.ExprId
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -14,12 +15,16 @@ import org.apache.spark.sql.catalyst.rules.Rule
  * (the reuse rule's marks go over the subplans it serves, the root included). The request passes
  * on the normalizing thread (Spark runs the rules one after the other on it); it is taken only by
  * a plan with the output it was made for, and any request left over is dropped when the next query's
- * normalization starts.
+ * normalization starts. Being last, it also drops the query's keys that the rules before it shared
+ * ([[io.memphis.lineage.LineageKey.ofQuery]]).
  */
 final class KeepResultRule extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan =
     if (ReuseRule.isSuspended) plan
-    else KeepResultRule.take(plan.output.map(_.exprId)).fold(plan)(KeepResult(_, plan))
+    else {
+      LineageKey.forgetQuery() // the query's normalization ends here
+      KeepResultRule.take(plan.output.map(_.exprId)).fold(plan)(KeepResult(_, plan))
+    }
 }
 
 object KeepResultRule {
