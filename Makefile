@@ -68,7 +68,7 @@ bench: $(VENV)/.installed
 	$(ONE_BLAS) $(PY) benchmarks/gpu_tier.py --device simulated
 	$(PY) benchmarks/run_all.py
 	$(PY) benchmarks/kmeans_loop.py
-	$(PY) benchmarks/kmeans_loop.py --modes hand,hand-lazy,memphis,memphis-nospec --out $(RESULTS)/kmeans_questions
+	$(PY) benchmarks/kmeans_loop.py --modes hand,hand-lazy,memphis-checkpoints,memphis-nospec --out $(RESULTS)/kmeans_questions
 	$(PY) benchmarks/broadcast_joins.py
 	$(PY) benchmarks/lineage_keys.py
 	$(PY) benchmarks/connect_calls.py

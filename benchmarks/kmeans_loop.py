@@ -19,12 +19,16 @@ itself), the height of the last query's optimized plan, and the memphis counters
 - expert-rebuild: the centroids DataFrame rebuilt every iteration from the rows the loop collects
   anyway (``spark.createDataFrame(rows, schema)``): the lineage cut for free, no extra job;
 - expert-checkpoint: ``localCheckpoint()`` every iteration;
-- memphis: the loop as written, memphis on (it checkpoints the carried DataFrame speculatively);
-- memphis-nospec: memphis with spark.memphis.loop.speculative=false (each iteration's result
-  checkpointed by the next query rather than by the one that computes it: what speculation saves).
+- memphis: the loop as written, memphis on: each iteration reads the centroids the previous one
+  collected, kept on the driver (collected results, spark.memphis.collected.maxBytes);
+- memphis-checkpoints: memphis with collected results off (spark.memphis.collected.maxBytes=0): the
+  plans grow until memphis cuts them by checkpoints, each iteration's result checkpointed speculatively;
+- memphis-nospec: memphis-checkpoints with spark.memphis.loop.speculative=false (each iteration's
+  result checkpointed by the next query rather than by the one that computes it: what speculation saves).
 
 By default expert-rebuild, plain, expert-checkpoint and memphis; --modes picks any (the questions
-of hand-lazy / hand and memphis-nospec / memphis: --modes hand,hand-lazy,memphis,memphis-nospec).
+of hand-lazy / hand and memphis-nospec / memphis-checkpoints: --modes
+hand,hand-lazy,memphis-checkpoints,memphis-nospec).
 Every run's per-iteration centroids must equal the first run's, or the script fails. A process
 costs about 10 s to start, and plain's loop up to a minute, so the default is 3 runs per mode
 (--repeats; rigor.balanced_order: 12 runs after a warm-up run of expert-rebuild, a cheap mode;
@@ -46,7 +50,10 @@ from rigor import provenance, provenance_line, ratios_to, run_checked, runs_text
 from workloads.kmeans import CHECKPOINT_EVERY
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-ALL_MODES = ("expert-rebuild", "plain", "hand", "hand-lazy", "expert-checkpoint", "memphis", "memphis-nospec")
+ALL_MODES = ("expert-rebuild", "plain", "hand", "hand-lazy", "expert-checkpoint", "memphis", "memphis-checkpoints",
+             "memphis-nospec")
+CHECKPOINT_MODES = ("memphis-checkpoints", "memphis-nospec")  # memphis with collected results off
+COUNTERS = ("checkpointed", "checkpoints_released", "persisted_speculatively", "results_reused")
 DEFAULT_MODES = "expert-rebuild,plain,expert-checkpoint,memphis"  # a cheap one first: it is the warm-up
 HAND_WRITTEN = ("hand", "hand-lazy", "expert-rebuild", "expert-checkpoint")
 REPEATS = 3  # a run is a process: see the docstring
@@ -81,6 +88,10 @@ def cut(mode, i, df):
 for mode in modes:
     spark.conf.set("spark.memphis.enabled", str(mode.startswith("memphis")).lower())
     spark.conf.set("spark.memphis.loop.speculative", str(mode != "memphis-nospec").lower())
+    if mode in json.loads(sys.argv[7]):
+        spark.conf.set("spark.memphis.collected.maxBytes", "0")
+    else:
+        spark.conf.unset("spark.memphis.collected.maxBytes")
     spark.catalog.clearCache()
     memphis.clear(spark)
     before = memphis.stats(spark)
@@ -96,7 +107,7 @@ for mode in modes:
     after = memphis.stats(spark)
     print(json.dumps({"seconds": seconds, "history": history,
         "optimized_height": height(centroids._jdf.queryExecution().optimizedPlan()),
-        **{k: after[k] - before[k] for k in ("checkpointed", "checkpoints_released", "persisted_speculatively")}}),
+        **{k: after[k] - before[k] for k in json.loads(sys.argv[8])}}),
         flush=True)
 """
 
@@ -106,7 +117,8 @@ def run(modes, iterations, points, every=CHECKPOINT_EVERY):
     a list of (its per-iteration centroids, its figures)."""
     here = os.path.dirname(os.path.abspath(__file__))
     child = subprocess.run([sys.executable, "-c", APP, ",".join(modes), str(iterations), str(points), str(every), here,
-                            json.dumps(SESSION_TUNING)], capture_output=True, text=True)
+                            json.dumps(SESSION_TUNING), json.dumps(CHECKPOINT_MODES), json.dumps(COUNTERS)],
+                           capture_output=True, text=True)
     if child.returncode != 0:
         raise RuntimeError(f"kmeans_loop: {','.join(modes)} failed:\n{child.stderr[-3000:]}")
     lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
@@ -133,8 +145,7 @@ def main(argv=None):
         iterations, points = args.iterations, args.points
         samples = run_checked(modes, lambda mode, i: run([mode], iterations, points)[0], repeats=args.repeats,
                             desc="kmeans_loop")
-    results = {m: {**seconds_summary(s), **{k: s[-1][k] for k in ("optimized_height", "checkpointed",
-                                                                    "checkpoints_released", "persisted_speculatively")}}
+    results = {m: {**seconds_summary(s), **{k: s[-1][k] for k in ("optimized_height", *COUNTERS)}}
                for m, s in samples.items()}
     hand_written = [m for m in HAND_WRITTEN if m in results]
     best = min(hand_written, key=lambda m: results[m]["median_s"]) if hand_written else None
@@ -145,13 +156,14 @@ def main(argv=None):
     lines = [f"# k-means loop: {iterations} iterations, {points} points, 4 centroids (local[2], 1 GB driver, "
              f"{'all modes in one process' if args.quick else 'a fresh process per run'})", "",
              f"| variant | loop seconds, median [95 % interval] | time / {best or 'best hand-written'}'s | "
-             "last optimized plan height | checkpointed | released | speculative |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "last optimized plan height | checkpointed | released | speculative | kept rows read |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for mode, r in results.items():
         lines.append(f"| {mode} | {r['median_s']:.3g} [{r['low_s']:.3g}–{r['high_s']:.3g}] | "
                      f"{report['ratios'].get(f'{mode} / {best}', '1' if mode == best else '')} | "
                      f"{r['optimized_height']} | "
-                     f"{r['checkpointed']} | {r['checkpoints_released']} | {r['persisted_speculatively']} |")
+                     f"{r['checkpointed']} | {r['checkpoints_released']} | {r['persisted_speculatively']} | "
+                     f"{r['results_reused']} |")
     lines += ["", f"Per-iteration centroids equal across all runs; {runs_text(args.quick, report['runs_per_mode'])}; "
               "counters from the last run.", "", provenance_line(report["provenance"])]
     write_results(args.out, "kmeans_loop", report, lines)

@@ -50,6 +50,21 @@ def fresh(spark):
     memphis.clear(spark)
     spark.catalog.clearCache()
     spark.conf.unset("spark.memphis.reuse.minOccurrences")
+    spark.conf.unset("spark.memphis.collected.maxBytes")
+
+
+# Collected results off: a query's rows are not kept on the driver for later queries.
+NO_KEPT_RESULTS = {"spark.memphis.collected.maxBytes": "0"}
+
+
+@pytest.fixture
+def spark_tier(fresh):
+    """The fresh session with collected results off (:data:`NO_KEPT_RESULTS`), for tests of cached
+    relations, kept shuffles and checkpoints that collect one query again and again: with them on,
+    the repeats would read the rows the first collect kept on the driver, and the Spark tier would
+    see one occurrence."""
+    fresh.conf.set("spark.memphis.collected.maxBytes", "0")
+    return fresh
 
 
 @pytest.fixture(params=["true", "false"], ids=["adaptive", "not-adaptive"])

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import TEST_CONFS, run_python
+from conftest import NO_KEPT_RESULTS, TEST_CONFS, run_python
 
 KMEANS_APP = """
 import json, sys
@@ -48,7 +48,10 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ben
 
 
 def run(*modes):
-    return run_python(KMEANS_APP, json.dumps(TEST_CONFS), ",".join(modes), str(ITERATIONS), BENCHMARKS)
+    # Collected results off: the loop collects its centroids every iteration, and their rows would serve
+    # the next one, so that no plan grows and nothing is cut (tests/test_collected_results.py).
+    return run_python(KMEANS_APP, json.dumps({**TEST_CONFS, **NO_KEPT_RESULTS}), ",".join(modes), str(ITERATIONS),
+                      BENCHMARKS)
 
 
 @pytest.mark.slow
@@ -128,7 +131,7 @@ print(json.dumps({"on": on, "off": off, "written": len(written), "left": left, "
 
 def test_reliable_checkpoints_are_written_under_the_dir_and_deleted_when_released(tmp_path):
     folder = str(tmp_path / "checkpoints")
-    result = run_python(RELIABLE_APP, json.dumps(TEST_CONFS), BENCHMARKS, folder)
+    result = run_python(RELIABLE_APP, json.dumps({**TEST_CONFS, **NO_KEPT_RESULTS}), BENCHMARKS, folder)
     stats = result["stats"]
     # Past minHeight 12 (about three iterations) each iteration is cut, each cut written to a folder.
     assert stats["checkpointed"] >= 10 and result["written"] >= 10

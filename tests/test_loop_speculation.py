@@ -40,8 +40,10 @@ def same(rows, others):
         for mine, theirs in zip(rows, others) for a, b in zip(mine, theirs))
 
 
-def test_a_loop_result_read_by_two_jobs_is_computed_once_per_iteration(fresh):
-    spark = fresh
+def test_a_loop_result_read_by_two_jobs_is_computed_once_per_iteration(spark_tier):
+    # Collected results off: the loop's second action collects the centroids, whose rows would serve
+    # the next iteration (no plan would grow, no checkpoint be made: tests/test_collected_results.py).
+    spark = spark_tier
     spark.conf.set("spark.memphis.checkpoint.minHeight", "12")
     try:
         plain, _, _ = memphis_off(spark, lambda: two_actions_per_iteration(spark, "plain"))
@@ -62,8 +64,8 @@ def test_a_loop_result_read_by_two_jobs_is_computed_once_per_iteration(fresh):
     assert sum(map(sum, on_tasks[steady])) < sum(map(sum, delayed_tasks[steady])), (on_tasks, delayed_tasks)
 
 
-def test_a_non_deterministic_loop_result_is_not_speculated(fresh):
-    spark = fresh
+def test_a_non_deterministic_loop_result_is_not_speculated(spark_tier):
+    spark = spark_tier
     spark.conf.set("spark.memphis.checkpoint.minHeight", "12")
     try:
         rows, _, stats = two_actions_per_iteration(spark, "noise", noise=True)

@@ -130,8 +130,8 @@ def test_the_pressure_valve_releases_by_value_and_the_next_queries_answer_right(
     assert r["rebuilt"]["broadcasts_reused"] == r["kept"]["broadcasts_reused"], "the other one was let go"
 
 
-def test_every_budget_is_what_spark_and_the_jvm_report(fresh, tmp_path):
-    spark = fresh
+def test_every_budget_is_what_spark_and_the_jvm_report(spark_tier, tmp_path):
+    spark = spark_tier
     jsc = spark.sparkContext._jsc.sc()
     heap_max = spark._jvm.java.lang.Runtime.getRuntime().maxMemory()
     storage = sum(e.totalOnHeapStorageMemory() + e.totalOffHeapStorageMemory()

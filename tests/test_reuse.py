@@ -75,8 +75,8 @@ def rewrite_a_file_in_place(path):
 
 
 @pytest.mark.parametrize("change", [copy_a_file_in, rewrite_a_file_in_place])
-def test_a_parquet_directory_changed_outside_spark_is_never_served_stale(fresh, tmp_path, change):
-    spark = fresh
+def test_a_parquet_directory_changed_outside_spark_is_never_served_stale(spark_tier, tmp_path, change):
+    spark = spark_tier
     path = sales(spark, str(tmp_path / "sales"))
     for _ in range(3):
         before = sorted(per_key(spark, path).collect())
@@ -87,6 +87,21 @@ def test_a_parquet_directory_changed_outside_spark_is_never_served_stale(fresh, 
     assert after != before
     assert memphis.stats(spark)["invalidated"] == invalidated + 1
     assert memphis_off(spark, lambda: sorted(per_key(spark, path).collect())) == after
+
+
+def test_a_held_entry_is_served_inside_subqueries(spark_tier, tmp_path):
+    spark = spark_tier
+    spark.read.parquet(sales(spark, str(tmp_path / "sales"))).createOrReplaceTempView("sales")
+    per_k = "SELECT k, sum(v) AS total FROM sales GROUP BY k"
+    for threshold in (0, 1):  # persisted at its second occurrence
+        spark.sql(f"SELECT * FROM ({per_k}) WHERE total > {threshold}").collect()
+    key = memphis.lineage_key(spark.sql(per_k))
+    assert eventually(lambda: entry_states(spark)[key]["state"] == "materialized")
+    query = f"SELECT k FROM ({per_k}) WHERE total > (SELECT avg(total) FROM ({per_k}))"
+    hits = memphis.stats(spark)["hits"]
+    on = sorted(spark.sql(query).collect())
+    assert memphis.stats(spark)["hits"] == hits + 2, "in the query and in its scalar subquery"
+    assert on and on == memphis_off(spark, lambda: sorted(spark.sql(query).collect()))
 
 
 def test_non_deterministic_subplans_are_never_cached(fresh):
@@ -103,8 +118,8 @@ def test_non_deterministic_subplans_are_never_cached(fresh):
     assert not [e for e in entry_states(spark).values() if e["state"] in ("to-persist", "materialized")]
 
 
-def test_min_occurrences_and_clear(fresh):
-    spark = fresh
+def test_min_occurrences_and_clear(spark_tier):
+    spark = spark_tier
     spark.conf.set("spark.memphis.reuse.minOccurrences", "3")
     def df():  # a new DataFrame per action: one DataFrame plans once, however often it runs
         return spark.range(5000).groupBy((F.col("id") % 7).alias("k")).count()
@@ -245,8 +260,8 @@ def test_concurrent_queries_answer_right_and_persist_each_entry_once(fresh, tmp_
     assert after["hits"] > before["hits"]
 
 
-def test_an_evicted_entry_is_persisted_again_when_it_returns(fresh):
-    spark = fresh
+def test_an_evicted_entry_is_persisted_again_when_it_returns(spark_tier):
+    spark = spark_tier
 
     def df():
         return spark.range(20_000).groupBy((F.col("id") % 11).alias("k")).count()

@@ -24,11 +24,14 @@ def test_answers_equal_with_memphis_off_and_on(tpch, adaptive):
     try:
         expected = memphis_off(spark, lambda: [sorted(spark.sql(q).collect()) for q in QUERIES])
         memphis.clear(spark)
-        hits = memphis.stats(spark)["hits"]
-        for round_ in range(3):  # first sight, persist, serve
+        before = memphis.stats(spark)
+        for round_ in range(3):  # first sight (rows kept), persist or read the rows, serve
             for query, answer in zip(QUERIES, expected):
                 assert sorted(spark.sql(query).collect()) == answer, f"round {round_}: {query}"
-        assert memphis.stats(spark)["hits"] - hits >= len(QUERIES) // 2
+        after = memphis.stats(spark)
+        # Served from a cached relation, or from the rows an earlier collect kept on the driver.
+        served = sum(after[k] - before[k] for k in ("hits", "results_reused"))
+        assert served >= len(QUERIES) // 2
     finally:
         memphis.clear(spark)
         spark.conf.unset("spark.sql.adaptive.enabled")

@@ -45,8 +45,27 @@ def test_second_occurrence_persists_from_the_first_occurrences_shuffle(adaptive,
     assert tasks < plain_tasks, (tasks, plain_tasks)
 
 
-def test_a_changed_source_is_not_read_from_a_kept_shuffle(fresh, tmp_path):
-    spark = fresh
+def test_an_aggregate_over_an_aggregate_persists_from_its_own_kept_shuffle(adaptive, tmp_path):
+    """A notebook's features: an aggregate of a join with another aggregate, looked at from two sides.
+    Only the outer one keeps its shuffle at its first occurrence: a mark on the inner one would change
+    the outer one's input (no filter pushed into the inner one, no column pruned), which planned alone at
+    its second occurrence would then not match its kept shuffle."""
+    spark = adaptive
+    path = sales(spark, str(tmp_path / "sales"))
+    keys = spark.range(50).selectExpr("id AS k", "id % 3 AS group")
+    features = lambda: per_key(spark, path).join(keys, "k").groupBy("group").agg(  # noqa: E731
+        F.sum("total").alias("total"), F.sum("n").alias("n"))
+    retained, reused = counters(spark)
+    check = features().agg(F.count("*"), F.sum("n")).collect()  # the query's answer and the outer one keep theirs
+    assert counters(spark) == (retained + 2, reused)
+    summary = sorted(features().where(F.col("total") > 0).collect())  # the outer one's second occurrence
+    assert counters(spark) == (retained + 2, reused + 1)
+    assert memphis_off(spark, lambda: (features().agg(F.count("*"), F.sum("n")).collect(),
+                                       sorted(features().where(F.col("total") > 0).collect()))) == (check, summary)
+
+
+def test_a_changed_source_is_not_read_from_a_kept_shuffle(spark_tier, tmp_path):
+    spark = spark_tier
     path = sales(spark, str(tmp_path / "sales"))
     per_key(spark, path).collect()  # first occurrence: its shuffle is kept
     part = sorted(glob.glob(os.path.join(path, "part-*.parquet")))[0]

@@ -3,7 +3,9 @@ the next, so its lineage grows by a join and two aggregates per iteration. The `
 workload of benchmarks/run.py; also run by benchmarks/kmeans_loop.py and tests/test_checkpoint.py.
 
 Every iteration collects its centroids (the convergence check). ``plain`` and ``memphis`` run the
-loop as written; ``expert`` is the best hand-tuned loop: ``localCheckpoint()`` of every
+loop as written (memphis keeps the collected centroids on the driver, and the next iteration's
+query reads them as a local relation: what the rebuilding expert below does by hand, without
+PySpark's Python RDD); ``expert`` is the best hand-tuned loop: ``localCheckpoint()`` of every
 iteration's centroids, so that no plan grows. It was measured against the other cut a user writes,
 rebuilding the centroids each iteration from the rows the loop collects
 (``spark.createDataFrame(rows, schema)``): at scale 1, 5 balanced repeats each (2026-12-02, a
@@ -19,7 +21,9 @@ from pyspark.sql import functions as F
 
 from harness import Workload
 
-ITERATIONS = 15  # memphis cuts the lineage from about the 10th on (checkpoint.minHeight 40)
+# memphis reads each iteration's collected centroids (collected results); with them off it cuts the
+# lineage by checkpoints from about the 10th iteration on (checkpoint.minHeight 40).
+ITERATIONS = 15
 CHECKPOINT_EVERY = 10
 
 

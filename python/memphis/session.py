@@ -178,8 +178,10 @@ def stats(spark) -> dict:
     served: ``spark.memphis.shareAcrossUsers``), refused_cross_join, refused_estimated_size,
     refused_slower, pressure_releases, bytes_held, compute_saved_ms, shuffles_retained,
     shuffles_reused, persisted_ahead; for loops checkpointed,
-    checkpoints_released, checkpoint_files_deleted and persisted_speculatively; and for join broadcasts read across queries
-    broadcasts_seen, broadcasts_registered, broadcasts_reused, broadcasts_released and bytes_held_join_broadcasts.
+    checkpoints_released, checkpoint_files_deleted and persisted_speculatively; for join broadcasts read across queries
+    broadcasts_seen, broadcasts_registered, broadcasts_reused, broadcasts_released and bytes_held_join_broadcasts;
+    for collected results read by later queries results_kept, results_reused, results_released, results_refused
+    and bytes_held_results.
     Per place, held and budget: bytes_held_storage and storage_budget_bytes (executors' storage),
     bytes_held_driver_heap, driver_heap_budget_bytes and join_broadcast_budget_bytes (with
     driver_heap_used_bytes and driver_heap_max_bytes as the JVM measures them),

@@ -57,5 +57,9 @@ object CacheStats {
     val BroadcastsRegistered = Value("broadcasts_registered")
     val BroadcastsReused = Value("broadcasts_reused")
     val BroadcastsReleased = Value("broadcasts_released")
+    val ResultsKept = Value("results_kept")
+    val ResultsReused = Value("results_reused")
+    val ResultsReleased = Value("results_released")
+    val ResultsRefused = Value("results_refused")
   }
 }

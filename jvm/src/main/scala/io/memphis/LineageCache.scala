@@ -7,7 +7,7 @@ import io.memphis.LineageCache.Marks
 import io.memphis.cache.{EntryTable, Eviction, Executions, PendingObservation, QueryCandidates, QueryConf, ReuseActions,
   ReusePolicy, SlowerQueries, SparkCache, StorageTracking}
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.{CacheEntry, EvictionPolicy, OwnerMark, RetainShuffle, StorageListener}
+import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, OwnerMark, RetainShuffle, StorageListener}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -43,6 +43,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /** Broadcasts of joins that later queries read instead of building them again. */
   val broadcasts = new io.memphis.reuse.JoinBroadcasts(sparkContext, stats, shareAcrossUsers)
+
+  /** Rows queries collected to the driver that later queries read instead of computing their subplan again. */
+  val collected = new io.memphis.collected.CollectedResults(stats)
 
   private val eviction = new Eviction(table, spark, stats, storageBudgetBytes, () => checkpoints.storageBytes)
   private val storage = new StorageTracking(sparkContext, table, spark, eviction, stats)
@@ -97,7 +100,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val executing = Executions.executing(sparkContext)
     val planned = System.currentTimeMillis()
     val conf = QueryConf(SparkShimImpl.sqlConf(session))
-    val query = new QueryCandidates(plan, LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)), ConnectSessions.userOfQuery(session))
+    val query = new QueryCandidates(plan, LineageKey.ofQuery(plan, MemphisConf.keyContext(session)), ConnectSessions.userOfQuery(session))
     val (candidates, decisions, entries) = table.locked {
       eviction.session = Some(session)
       storage.uncacheReplaced(session)
@@ -110,8 +113,45 @@ final class LineageCache private (val sparkContext: SparkContext) {
     val owned =
       if (executing) carryOut(session, query, candidates, decisions, entries, conf, planned)
       else actions.served(query, decisions)
+    servedInSubqueries(session, query, executing).foreach(owned.add)
     if (!shareAcrossUsers) owned.forEach(p => marks.put(p, OwnerMark(query.user, _)))
     (marks, if (executing) None else Some(new PendingObservation(query, decisions)))
+  }
+
+  /**
+   * The outermost subplans of `query`'s subqueries (IN, EXISTS, scalar; not their correlated
+   * parts) for which Spark holds one of the user's entries: served there too, as in the query's
+   * own plan, and counted as hits when the query runs. Nothing in a subquery counts as a first
+   * occurrence or is persisted: the policy decides on the query's own plan.
+   */
+  private def servedInSubqueries(session: SparkSession, query: QueryCandidates, executing: Boolean): Seq[LogicalPlan] = {
+    val subqueries = if (table.holdsAny) QueryCandidates.subqueryPlans(query.plan) else Nil
+    if (subqueries.isEmpty) Nil
+    else {
+      val context = MemphisConf.keyContext(session)
+      subqueries.flatMap { sub =>
+        val keys = new java.util.IdentityHashMap[LogicalPlan, LineageKey.Result]()
+        LineageKey.ofSubplans(sub, context).foreach { case (p, r) => keys.put(p, r) }
+        def held(p: LogicalPlan): Option[CacheEntry] = Option(keys.get(p)).flatMap(_.toOption)
+          .filter(_ => QueryCandidates.isCandidate(p, sub) && !QueryCandidates.correlated(p))
+          .flatMap(k => table.get(scoped(k.hash, query.user)).filter(_.key.sameLineage(k)))
+          .filter(e => EntryState.Holding.contains(e.state) && spark.relationName(session,
+            QueryCandidates.owned(p, query.user, java.util.Collections.emptySet(), table.shared))
+            .contains(e.relation.map(_.name)))
+        def walk(p: LogicalPlan): Seq[LogicalPlan] = held(p) match {
+          case Some(e) =>
+            if (executing) {
+              e.addConsumer(query.consumer)
+              e.occurrences += 1
+              e.lastAccess = System.currentTimeMillis()
+              actions.hit(e)
+            }
+            Seq(p)
+          case None => p.children.flatMap(walk)
+        }
+        table.locked(walk(sub))
+      }
+    }
   }
 
   /** Carries out the decisions on an executed query: persists what is due; returns the subplans it reads from memphis. */
@@ -173,20 +213,23 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /**
    * When the driver heap stays above its threshold after a collection ([[HeapPressure]]): lets go of
-   * join broadcasts and, in local mode, where executors' storage is the driver heap, idle
+   * join broadcasts, kept collected results and, in local mode, where executors' storage is the driver heap, idle
    * materialized entries, lowest value per byte first (see [[Eviction.relieve]]). Spark would
    * otherwise run out of memory with them referenced.
    */
   def relievePressure(): Unit = if (pressure.crossed()) table.locked {
     val why = s"heap pressure (${pressure.describe})"
     eviction.relieve(why, broadcasts.retained.map(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.bytes,
-      () => broadcasts.release(r, Counter.PressureReleases, why))), onDriverHeap = sparkContext.isLocal)
+      () => broadcasts.release(r, Counter.PressureReleases, why))) ++
+      collected.retained.map(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.bytes,
+        () => collected.release(r, why, Counter.PressureReleases))), onDriverHeap = sparkContext.isLocal)
   }
 
   /** Lets go of everything memphis holds (`memphis.clear`, or memphis turned off). */
   def releaseAll(session: SparkSession, why: String): Unit = table.locked {
     checkpoints.releaseAll(why)
     broadcasts.releaseAll(why)
+    collected.releaseAll(why)
     eviction.releaseAll(session, why)
   }
 
@@ -199,10 +242,11 @@ final class LineageCache private (val sparkContext: SparkContext) {
       releaseOf(user, s"the last Spark Connect session of $user closed")
     }
 
-  /** Lets go of what only `user` could use: their entries', checkpoints' and join broadcasts' data. */
+  /** Lets go of what only `user` could use: their entries', checkpoints', join broadcasts' and collected results' data. */
   private def releaseOf(user: String, why: String): Unit = table.locked {
     checkpoints.releaseOf(user, why)
     broadcasts.releaseOf(user, why)
+    collected.releaseOf(k => scoped(k.hash, user), why)
     eviction.releaseOf(user, why)
   }
 

@@ -11,9 +11,10 @@ import org.apache.spark.sql.memphis.SparkRuntime
  *  - executors' storage memory: cached relations and local checkpoints; `storage.fraction` of the
  *    executors' storage memory (the driver's in local mode, where it is the executor), capped by
  *    `storage.maxBytes`. Cached relations are evicted by score beyond it.
- *  - the driver heap: join broadcasts memphis keeps referenced and its own entries;
- *    `driver.heapFraction` of the driver's maximum heap. Broadcasts are let go by score beyond it,
- *    and everything on the heap when it stays full after a collection ([[HeapPressure]]).
+ *  - the driver heap: join broadcasts memphis keeps referenced, collected results it keeps and its
+ *    own entries; `driver.heapFraction` of the driver's maximum heap. Broadcasts and collected
+ *    results are let go by score beyond it, and everything on the heap when it stays full after a
+ *    collection ([[HeapPressure]]).
  *  - local disk: the first occurrences' kept shuffles and reliable checkpoint files on this
  *    machine; `localDisk.fraction` of the free space of Spark's local directory (with what memphis
  *    holds there counted as free). The oldest kept shuffles go first beyond it.
@@ -42,15 +43,23 @@ final class MemoryAccounts(cache: LineageCache, conf: SQLConf) {
     if (cap > 0) math.min(storageShare, cap) else storageShare
   }
 
-  lazy val driverHeapHeld: Long = cache.broadcasts.heldBytes + cache.structureBytes
+  lazy val collectedHeld: Long = cache.collected.heldBytes
+
+  lazy val driverHeapHeld: Long = cache.broadcasts.heldBytes + collectedHeld + cache.structureBytes
 
   lazy val driverHeapBudget: Long = (HeapPressure.maxBytes * MemphisConf.DriverHeapFraction.get(conf)).toLong
 
-  /** What join broadcasts may take: the driver heap's budget less memphis's own structures, capped by `broadcast.joinMaxBytes`. */
+  /**
+   * What join broadcasts may take: the driver heap's budget less memphis's own structures and the
+   * collected results it keeps, capped by `broadcast.joinMaxBytes`.
+   */
   lazy val joinBroadcastBudget: Long = {
-    val room = math.max(0L, driverHeapBudget - cache.structureBytes)
+    val room = math.max(0L, driverHeapBudget - cache.structureBytes - collectedHeld)
     MemphisConf.BroadcastJoinMaxBytes.get(conf).fold(room)(math.min(_, room))
   }
+
+  /** What kept collected results may take: the driver heap's budget less memphis's own structures and join broadcasts. */
+  lazy val collectedResultsBudget: Long = math.max(0L, driverHeapBudget - cache.structureBytes - cache.broadcasts.heldBytes)
 
   lazy val localDiskHeld: Long = cache.retainedShuffleBytes + cache.checkpoints.localFileBytes
 
@@ -63,6 +72,6 @@ final class MemoryAccounts(cache: LineageCache, conf: SQLConf) {
   def rows: Seq[(String, Long)] = Seq(
     "bytes_held_storage" -> storageHeld, "storage_budget_bytes" -> storageBudget,
     "bytes_held_driver_heap" -> driverHeapHeld, "driver_heap_budget_bytes" -> driverHeapBudget,
-    "join_broadcast_budget_bytes" -> joinBroadcastBudget,
+    "join_broadcast_budget_bytes" -> joinBroadcastBudget, "bytes_held_results" -> collectedHeld,
     "bytes_held_local_disk" -> localDiskHeld, "local_disk_budget_bytes" -> localDiskBudget)
 }

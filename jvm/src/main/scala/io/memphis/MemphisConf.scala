@@ -91,6 +91,12 @@ object MemphisConf {
       "occurrence (the same loop step over the previous result) instead of when the next query reads it, " +
       "so that it is computed once; false waits for the next query.")(parseBoolean)
 
+  val CollectedMaxBytes: Entry[Long] = Entry(
+    Prefix + "collected.maxBytes", "4m", "a byte size such as 0, 1m or 16m (0 turns keeping collected results off)",
+    "Largest result of a collect (the rows of a deterministic subplan, below the query's ordering or " +
+      "choice of columns) that memphis keeps on the driver heap, so that later queries holding that " +
+      "subplan read the rows instead of computing it again; within the driver heap's budget.")(parseBytes)
+
   // The driver-side tiers (Python) read the keys below; they are declared here so that the session
   // validates them with the rest.
   val HostMaxBytes: Entry[Long] = Entry(
@@ -144,7 +150,7 @@ object MemphisConf {
 
   val All: Seq[Entry[_]] = Seq(Enabled, ShareAcrossUsers, StorageFraction, StorageMaxBytes, MinOccurrences,
     RetainedShuffles, PersistAhead, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir,
-    LoopSpeculative, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DriverHeapFraction, DriverPressureThreshold,
+    LoopSpeculative, CollectedMaxBytes, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DriverHeapFraction, DriverPressureThreshold,
     LocalDiskFraction, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey: Map[String, Entry[_]] = All.map(e => e.key -> e).toMap[String, Entry[_]]
 

@@ -1,6 +1,7 @@
 package io.memphis
 
 import io.memphis.checkpoint.CheckpointRule
+import io.memphis.collected.{CollectedResultRule, CollectedResultStrategy, KeepResultRule, KeepResultStrategy}
 import io.memphis.reuse.{BroadcastReuseRule, RemoveOwnerMarks, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.execution.ColumnarRule
@@ -19,9 +20,14 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     MemphisConf.register()
     SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
     MemphisTableFunctions.all.foreach(extensions.injectTableFunction)
-    // Normalization rules run in this order: the checkpoint cut first, so reuse decides on the cut plan.
+    // Normalization rules run in this order: collected results served first, then the checkpoint cut,
+    // so that reuse decides on the plan they left; the mark that keeps this query's collected rows last.
+    extensions.injectPlanNormalizationRule(session => new CollectedResultRule(session))
     extensions.injectPlanNormalizationRule(session => new CheckpointRule(session))
     extensions.injectPlanNormalizationRule(session => new ReuseRule(session))
+    extensions.injectPlanNormalizationRule(_ => new KeepResultRule)
+    extensions.injectPlannerStrategy(_ => CollectedResultStrategy)
+    extensions.injectPlannerStrategy(_ => KeepResultStrategy)
     extensions.injectOptimizerRule(_ => RemoveOwnerMarks)
     // The shuffle a first occurrence keeps, and its reuse when the second occurrence is persisted.
     extensions.injectPlannerStrategy(_ => RetainShuffleStrategy)

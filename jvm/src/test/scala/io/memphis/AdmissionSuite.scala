@@ -47,7 +47,7 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
   }
 
   test("comma joins repeated: answers as plain Spark's, no condition-less join cached, refusals counted") {
-    val spark = newSession()
+    val spark = newSession(NoKeptResults)
     views(spark)
     val queries = Seq(
       "SELECT count(*) FROM a, b WHERE a.k = b.k AND b.x < 5",
@@ -68,7 +68,7 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
   }
 
   test("an entry whose output is estimated beyond its share of the storage memory is refused, with its reason") {
-    val spark = newSession(MemphisConf.StorageFraction.key -> "0.0001")
+    val spark = newSession(MemphisConf.StorageFraction.key -> "0.0001", NoKeptResults)
     views(spark)
     val q = "SELECT k, count(*), sum(v) FROM a GROUP BY k"
     val on = Seq.fill(3)(spark.sql(q).collect().toSet)
@@ -81,7 +81,7 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
   }
 
   test("an entry that made its query slower than without it is let go and refused from then on") {
-    val spark = newSession()
+    val spark = newSession(NoKeptResults)
     views(spark)
     val q = "SELECT k, count(*) AS n FROM a GROUP BY k"
     val cache = LineageCache.forContext(spark.sparkContext)

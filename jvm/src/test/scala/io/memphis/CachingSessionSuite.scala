@@ -30,7 +30,7 @@ class CachingSessionSuite extends AnyFunSuite with LocalSessions {
   private def answer(df: DataFrame): Seq[String] = df.collect().map(_.toString).toSeq.sorted
 
   test("queries on several threads while memphis persists never see the user's session conf change") {
-    val spark = newSession()
+    val spark = newSession(NoKeptResults)
     val path = Files.createTempDirectory("memphis-caching").resolve("t").toString
     spark.range(5000).write.parquet(path)
     val conf = SparkShimImpl.sqlConf(spark)

@@ -8,6 +8,12 @@ import org.scalatest.{BeforeAndAfterEach, Suite}
 trait LocalSessions extends BeforeAndAfterEach { this: Suite =>
   protected val Extension: String = classOf[MemphisSparkSessionExtension].getName
 
+  /**
+   * Collected results off: for tests of the Spark tier (cached relations, kept shuffles) that collect
+   * one query again and again, whose repeats would otherwise read the rows the first collect kept.
+   */
+  protected val NoKeptResults: (String, String) = MemphisConf.CollectedMaxBytes.key -> "0"
+
   protected def newSession(confs: (String, String)*): SparkSession = {
     val builder = SparkSession.builder().master("local[2]").appName("memphis-test")
       .config("spark.ui.enabled", "false")

@@ -32,7 +32,7 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
     awaitBudget(spark)
     val bySql = statsBySql(spark)
     val places = Set("bytes_held_storage", "storage_budget_bytes", "bytes_held_driver_heap", "driver_heap_budget_bytes",
-      "join_broadcast_budget_bytes", "bytes_held_local_disk", "local_disk_budget_bytes")
+      "join_broadcast_budget_bytes", "bytes_held_results", "bytes_held_local_disk", "local_disk_budget_bytes")
     assert(bySql.keySet == CacheStats.Counter.values.map(_.toString).toSet ++ places + "bytes_held" +
       "bytes_held_join_broadcasts" + "driver_heap_used_bytes" + "driver_heap_max_bytes")
     assert(CacheStats.Counter.values.toSeq.forall(c => bySql(c.toString) == 0L))
@@ -118,7 +118,7 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
   }
 
   test("subplans are cached with one kept session that follows the user's conf, which memphis never changes") {
-    val spark = newSession()
+    val spark = newSession(NoKeptResults)
     val partitioning = SparkRuntime.CachedPlanPartitioningConf
     val userValue = spark.conf.getOption(partitioning) // its default differs between Spark lines
     def aggregate(m: Int) = spark.range(20000).selectExpr(s"id % $m AS g", "id AS v").groupBy("g").sum("v")
@@ -137,7 +137,7 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
   }
 
   test("a relation Spark re-caches when a write refreshes its path is let go; answers follow the files") {
-    val spark = newSession()
+    val spark = newSession(NoKeptResults)
     val dir = java.nio.file.Files.createTempDirectory("memphis-refresh").resolve("t").toString
     spark.range(100).write.parquet(dir)
     def total(): Long = spark.read.parquet(dir).selectExpr("id % 3 AS b").groupBy("b").count().collect().map(_.getLong(1)).sum

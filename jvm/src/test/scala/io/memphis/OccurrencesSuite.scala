@@ -55,7 +55,7 @@ class OccurrencesSuite extends AnyFunSuite with LocalSessions {
   }
 
   test("a held entry is served to a plan only looked at, without counting a hit until it runs") {
-    val spark = newSession()
+    val spark = newSession(NoKeptResults)
     val path = parquet(spark)
     Seq.fill(2)(rows(query(spark, path)))
     val stats = LineageCache.forContext(spark.sparkContext).stats

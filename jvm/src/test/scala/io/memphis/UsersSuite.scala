@@ -53,7 +53,7 @@ class UsersSuite extends AnyFunSuite with LocalSessions {
     LineageCache.forContext(spark.sparkContext).entryRows(e => e.owner -> e.state.toString).sorted
 
   test("by default an entry serves only its owner's queries; other users compute, and keep their own") {
-    val spark = newSession()
+    val spark = newSession(NoKeptResults)
     val path = parquet(spark)
     assert(as("alice")(spark.sql("SELECT current_user()").head().getString(0)) == "alice")
     assert(asStatementOf("carol")(spark.sql("SELECT current_user()").head().getString(0)) == "carol")
@@ -101,7 +101,7 @@ class UsersSuite extends AnyFunSuite with LocalSessions {
   }
 
   test("with shareAcrossUsers=true one entry serves every user") {
-    val spark = newSession("spark.memphis.shareAcrossUsers" -> "true")
+    val spark = newSession("spark.memphis.shareAcrossUsers" -> "true", NoKeptResults)
     val path = parquet(spark)
     val alice = (1 to 2).map(_ => as("alice")(query(spark, path)))
     val bob = as("bob")(query(spark, path))

@@ -47,13 +47,9 @@ final class Eviction(table: EntryTable, spark: SparkCache, stats: CacheStats, bu
   def dropStale(session: SparkSession, plan: LogicalPlan, results: Seq[(LogicalPlan, LineageKey.Result)]): Unit = {
     val held = table.holding
     if (held.nonEmpty) {
-      val present = plan.collectLeaves().flatMap(SourceFingerprint.identityOf).toSet
-      val fresh = results.collect { case (_, Right(k)) => k.sources }.flatten
-        .flatMap(s => s.identity.map(_ -> s.digest)).toMap
+      val stale = SourceFingerprint.staleIn(plan, results)
       held.foreach { e =>
-        val changed = e.key.allSources.exists { s =>
-          s.identity.exists(id => present.contains(id) && !fresh.get(id).contains(s.digest))
-        }
+        val changed = e.key.allSources.exists(stale)
         // One built on an entry invalidated just before went with it.
         if (changed && EntryState.Holding.contains(e.state)) invalidate(session, e, "a source changed")
       }

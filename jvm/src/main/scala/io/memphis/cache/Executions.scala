@@ -30,7 +30,7 @@ object Executions {
    * `spark.sql("… {df} …", df=df)`): a lookup, not a query run. Told by the stack, the one trace of
    * it the rule can see; read only for a plan that would otherwise count.
    */
-  private def byCacheManager: Boolean = Thread.currentThread.getStackTrace.exists(_.getClassName == CacheManagerClass)
+  private[memphis] def byCacheManager: Boolean = Thread.currentThread.getStackTrace.exists(_.getClassName == CacheManagerClass)
 
   private val CacheManagerClass = "org.apache.spark.sql.execution.CacheManager"
 

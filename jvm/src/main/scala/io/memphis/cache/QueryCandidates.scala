@@ -8,7 +8,7 @@ import io.memphis.cache.ReusePolicy.{Candidate, Past}
 import io.memphis.lineage.LineageKey
 import io.memphis.reuse.{CacheEntry, EntryState, OwnerMark}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.PythonUDF
+import org.apache.spark.sql.catalyst.expressions.{OuterReference, PythonUDF, SubqueryExpression}
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
 
@@ -143,6 +143,22 @@ object QueryCandidates {
     case _: Aggregate | _: Distinct => true
     case _ => false
   }
+
+  /** The plans of `plan`'s subqueries (IN, EXISTS, scalar, lateral), nested ones too; not `plan` itself. */
+  def subqueryPlans(plan: LogicalPlan): Seq[LogicalPlan] = {
+    val found = mutable.ArrayBuffer.empty[LogicalPlan]
+    def visit(p: LogicalPlan): Unit = p.foreach(_.expressions.foreach(_.foreach {
+      case s: SubqueryExpression =>
+        found += s.plan
+        visit(s.plan)
+      case _ =>
+    }))
+    visit(plan)
+    found.toSeq
+  }
+
+  /** Whether `plan` reads a column of an outer query (a correlated subquery's part): its rows depend on the outer row. */
+  def correlated(plan: LogicalPlan): Boolean = plan.exists(_.expressions.exists(_.exists(_.isInstanceOf[OuterReference])))
 
   /** Operators that only present their child's rows: order, limit, columns, a name. */
   def presents(plan: LogicalPlan): Boolean = plan match {

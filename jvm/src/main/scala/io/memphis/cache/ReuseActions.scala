@@ -59,16 +59,19 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
         e.addConsumer(query.consumer)
         entries(i) = e
         stats.record(Counter.Misses, s"seen ${e.key.hash}: first occurrence")
-      case Hit(i) =>
-        val e = known(i)
-        e.hits += 1
-        stats.add(Counter.ComputeSavedMs, e.costMs)
-        currentExecution().foreach(e.readers += _)
-        stats.record(Counter.Hits, s"reuse ${e.key.hash} (${e.state}, hit ${e.hits})")
+      case Hit(i) => hit(known(i))
       case Miss(i) => miss(i)
     }
     decisions.recentlyMet.foreach(i => table.recent.add(entries(i)))
     entries.toMap
+  }
+
+  /** Counts a read of `e`'s relation by the query planned on this thread (its occurrence is counted by the caller). */
+  def hit(e: CacheEntry): Unit = {
+    e.hits += 1
+    stats.add(Counter.ComputeSavedMs, e.costMs)
+    currentExecution().foreach(e.readers += _)
+    stats.record(Counter.Hits, s"reuse ${e.key.hash} (${e.state}, hit ${e.hits})")
   }
 
   /**

@@ -12,7 +12,9 @@ import io.memphis.reuse.{EntryState, RecentRecurrence}
  *
  * Per candidate with a key: a first occurrence is seen (persisted at once when `minOccurrences` is
  * 1; an aggregate's is persisted ahead when at least half of the recent ones recurred, else keeps
- * its shuffle); a held one that Spark substitutes is served, and nothing under it is looked at (it
+ * its shuffle, unless it is inside another that keeps its shuffle and is not the query's answer: the
+ * mark would change that one's input, whose second occurrence, planned alone, would then not match
+ * its kept shuffle); a held one that Spark substitutes is served, and nothing under it is looked at (it
  * is not computed); any other counts an occurrence and is due on its `minOccurrences`-th, or at
  * once when it was evicted (it already proved its reuse). Of the due ones that admission lets
  * through, [[choose]] picks which to persist.
@@ -88,7 +90,9 @@ object ReusePolicy {
                   case Some(w) =>
                     ahead(id) = s"occurrence 1: persisted ahead, $w"
                     due += i
-                  case None => if (conf.retainShuffles) retain += i
+                  case None => if (conf.retainShuffles && !retain.exists(o => c.within.contains(o) && !candidates(o).answer)) {
+                    retain += i
+                  }
                 }
               }
             case Some(p) =>

@@ -83,7 +83,7 @@ final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (
     private val heights = new IdentityHashMap[LogicalPlan, Integer]()
     private lazy val keys = {
       val found = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
-      LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).foreach { case (p, r) => found.put(p, r) }
+      LineageKey.ofQuery(plan, MemphisConf.keyContext(session)).foreach { case (p, r) => found.put(p, r) }
       found
     }
     /** The checkpoints read or made below the subplan being rewritten: what a new one is built on. */

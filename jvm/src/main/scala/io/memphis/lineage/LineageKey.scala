@@ -55,6 +55,15 @@ final case class LineageKey(hash: String, local: String, children: Seq[LineageKe
 }
 
 /**
+ * A plan node that stands for a subplan whose result it holds (rows memphis kept on the driver, see
+ * [[io.memphis.collected.CollectedResult]]): its key is that subplan's, so that the keys of the plans
+ * around it are those of the plan it replaced. Its children are not keyed.
+ */
+trait StandsFor extends LogicalPlan {
+  def standsForKey: LineageKey
+}
+
+/**
  * What keys depend on besides the plan: the Hadoop conf for listings (made only when a file
  * source needs it: copying it costs milliseconds), confs that shape partitions.
  */
@@ -71,11 +80,42 @@ object LineageKey {
 
   def of(plan: LogicalPlan, context: KeyContext): Result = new Builder(context).result(plan)
 
-  /** Every subplan's result, root first (transparent nodes share their child's). */
+  // The keys of the query being normalized on this thread, by its plan (see [[ofQuery]]).
+  private val queryKeys = new ThreadLocal[(LogicalPlan, Seq[(LogicalPlan, Result)])]
+
+  /**
+   * [[ofSubplans]] of the plan of the query being normalized on this thread: computed once, and
+   * reused by a later rule of the same normalization that gets the very same plan (Spark runs the
+   * normalization rules one after another on one thread, and a rule that changes nothing hands on
+   * its input), so that a query's sources are listed once. [[forgetQuery]] drops them when a
+   * normalization starts and ends: the next query of the same DataFrame has the same plan object
+   * and must list its sources again.
+   */
+  def ofQuery(plan: LogicalPlan, context: KeyContext): Seq[(LogicalPlan, Result)] = {
+    val known = queryKeys.get()
+    if (known != null && (known._1 eq plan)) known._2
+    else {
+      val keys = ofSubplans(plan, context)
+      queryKeys.set(plan -> keys)
+      keys
+    }
+  }
+
+  /** Drops the keys [[ofQuery]] keeps on this thread. */
+  def forgetQuery(): Unit = queryKeys.remove()
+
+  /**
+   * Every subplan's result, root first (transparent nodes share their child's); not below a node
+   * that stands for a subplan ([[StandsFor]]).
+   */
   def ofSubplans(plan: LogicalPlan, context: KeyContext): Seq[(LogicalPlan, Result)] = {
     val builder = new Builder(context)
     val all = ArrayBuffer.empty[(LogicalPlan, Result)]
-    plan.foreach(p => all += p -> builder.result(p))
+    def visit(p: LogicalPlan): Unit = {
+      all += p -> builder.result(p)
+      if (!p.isInstanceOf[StandsFor]) p.children.foreach(visit)
+    }
+    visit(plan)
     all.toSeq
   }
 
@@ -93,6 +133,7 @@ object LineageKey {
     }
 
     private def compute(plan: LogicalPlan): Result = unwrap(plan) match {
+      case s: StandsFor => Right(s.standsForKey)
       case p if p ne plan => result(p)
       case _ =>
         val children = plan.children.map(result)

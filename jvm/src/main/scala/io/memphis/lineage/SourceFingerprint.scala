@@ -29,6 +29,17 @@ object SourceFingerprint {
   def pathsIdentity(rootPaths: Seq[String]): String = "paths:" + rootPaths.sorted.mkString(",")
   def tableIdentity(id: String): String = "table:" + id
 
+  /**
+   * Whether a fingerprint taken earlier is stale for a query: its source is one that `plan` reads
+   * and this query's keys (`results`, taken afresh) hold it in another state.
+   */
+  def staleIn(plan: org.apache.spark.sql.catalyst.plans.logical.LogicalPlan,
+      results: Seq[(org.apache.spark.sql.catalyst.plans.logical.LogicalPlan, LineageKey.Result)]): SourceFingerprint => Boolean = {
+    val present = plan.collectLeaves().flatMap(identityOf).toSet
+    val fresh = results.collect { case (_, Right(k)) => k.sources }.flatten.flatMap(s => s.identity.map(_ -> s.digest)).toMap
+    s => s.identity.exists(id => present.contains(id) && !fresh.get(id).contains(s.digest))
+  }
+
   /** The identity of the source a plan leaf reads, without looking at its state. */
   def identityOf(leaf: org.apache.spark.sql.catalyst.plans.logical.LogicalPlan): Option[String] = leaf match {
     case l: org.apache.spark.sql.execution.datasources.LogicalRelation => l.relation match {

@@ -5,6 +5,7 @@ import scala.util.control.NonFatal
 import io.memphis.{CacheStats, LineageCache, MemphisConf}
 import io.memphis.cache.PendingObservation
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.internal.SQLConf
@@ -52,11 +53,14 @@ final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
 }
 
 object ReuseRule {
-  /** `plan` with each subplan in `marks` (by identity) under the node its mark makes. */
+  /** `plan` with each subplan in `marks` (by identity), its subqueries' included, under the node its mark makes. */
   private def mark(plan: LogicalPlan, marks: LineageCache.Marks): LogicalPlan =
     if (marks.isEmpty) plan
     else {
-      val marked = plan.mapChildren(mark(_, marks))
+      val children = plan.mapChildren(mark(_, marks))
+      val marked =
+        if (!children.expressions.exists(_.exists(_.isInstanceOf[SubqueryExpression]))) children
+        else children.transformExpressions { case s: SubqueryExpression => s.withNewPlan(mark(s.plan, marks)) }
       Option(marks.get(plan)).fold(marked)(_(marked))
     }
 

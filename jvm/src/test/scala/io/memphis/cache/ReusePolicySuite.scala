@@ -26,6 +26,16 @@ class ReusePolicySuite extends AnyFunSuite {
     assert(decide(Seq(join, agg), conf = settings(min = 1)).due == Seq(0, 1))
   }
 
+  test("an aggregate inside another that keeps its shuffle does not keep its own, unless the other is the answer") {
+    val answer = agg.copy(key = Right("root"), answer = true)
+    val outer = agg.copy(key = Right("outer"), within = Set(0))
+    val inner = agg.copy(key = Right("inner"), within = Set(0, 1))
+    // Its mark would change the outer one's input, which then no longer matches that one planned alone.
+    assert(decide(Seq(answer, outer, inner)).retain == Seq(0, 1))
+    assert(decide(Seq(outer.copy(within = Set.empty), inner.copy(within = Set(0)))).retain == Seq(0))
+    assert(decide(Seq(answer, inner.copy(within = Set(0)))).retain == Seq(0, 1))
+  }
+
   test("the k-th occurrence is due; an evicted entry is due when it returns") {
     val seen = Map("j" -> Past(EntryState.Seen, 1))
     assert(decide(Seq(join), seen).observed == Seq(Miss(0)))

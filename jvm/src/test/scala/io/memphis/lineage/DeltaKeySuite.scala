@@ -59,6 +59,8 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("pinned and latest reads alternating keep both entries; an append invalidates the latest one's only") {
     val at = dir.resolve("alternating").toString
+    // The Spark tier's entries: with collected results kept, the repeats would read the first collect's rows.
+    spark.conf.set(MemphisConf.CollectedMaxBytes.key, "0")
     spark.range(100).write.format("delta").save(at)
     spark.range(100, 130).write.format("delta").mode("append").save(at)
     val stats = LineageCache.forContext(spark.sparkContext).stats
@@ -94,6 +96,9 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     try {
       assert(latestAfter == perBucket(latest(at)))
       assert(pinnedAfter == perBucket(pinned(at, 0)) && pinnedAfter == rounds.head._2._1)
-    } finally spark.conf.set("spark.memphis.enabled", "true")
+    } finally {
+      spark.conf.set("spark.memphis.enabled", "true")
+      spark.conf.unset(MemphisConf.CollectedMaxBytes.key)
+    }
   }
 }

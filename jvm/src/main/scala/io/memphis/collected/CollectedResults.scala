@@ -1,0 +1,161 @@
+package io.memphis.collected
+
+import scala.collection.mutable
+
+import io.memphis.CacheStats
+import io.memphis.CacheStats.Counter
+import io.memphis.lineage.{LineageKey, SourceFingerprint}
+import io.memphis.reuse.EvictionPolicy
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{BoundReference, UnsafeProjection, UnsafeRow}
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.types.DataType
+
+/**
+ * The rows a query returned to the driver, standing for the subplan of `key` (registered as `id`:
+ * the key's hash, and the user whose query collected them unless entries are shared across users).
+ * `rows` are copies in the subplan's column order and `types`; `bytes` what they and the key take
+ * on the heap; `costMs` what the query that collected them took.
+ */
+final class KeptResult(val id: String, val key: LineageKey, val types: Seq[DataType], val rows: IndexedSeq[InternalRow],
+    val bytes: Long, val costMs: Long, var lastUse: Long) {
+  var uses = 0L
+}
+
+/**
+ * What a query's collect is to keep ([[KeepResult]]): the subplan its rows stand for (`id`, `key`),
+ * where that subplan's columns are in the rows the query returns (`ordinals`, their `types`), the
+ * largest result to keep (`collected.maxBytes`), and when the query was planned.
+ */
+final case class KeepRequest(id: String, key: LineageKey, ordinals: Seq[Int], types: Seq[DataType], maxBytes: Long,
+    plannedMs: Long) {
+  def describe: String = s"memphis ${key.hash}"
+}
+
+/**
+ * The results of queries collected to the driver (`collect()`, `count()`: an action whose rows come
+ * back through `executeCollect`) that later queries read instead of computing their subplan again;
+ * one per [[io.memphis.LineageCache]] (per SparkContext). MEMPHIS reuses Spark actions' results on
+ * the driver in the same way.
+ *
+ * Kept at their first collect, since the rows are on the driver already and keeping them costs no
+ * job: a result no larger than `spark.memphis.collected.maxBytes`, of a subplan with a lineage key
+ * (deterministic, every source fingerprinted). A later query that holds a subplan of the same
+ * lineage (same canonical forms, same source fingerprints taken afresh) reads the rows as a local
+ * relation ([[CollectedResultRule]]). Bounded by the driver heap's budget less memphis's entries and
+ * join broadcasts ([[io.memphis.MemoryAccounts]]); beyond it the one of least value per byte (the
+ * collecting query's time × (1 + reads) / bytes) goes first, and under heap pressure by the same
+ * order. A kept result over a source that a query reads with another fingerprint is let go.
+ */
+final class CollectedResults(stats: CacheStats) {
+  // Invariant: `entries` (id -> kept result, least recently used first) changes only under this object's lock.
+  private val entries = mutable.LinkedHashMap.empty[String, KeptResult]
+
+  def heldBytes: Long = synchronized(entries.values.map(_.bytes).sum)
+
+  def held: Int = synchronized(entries.size)
+
+  def isEmpty: Boolean = synchronized(entries.isEmpty)
+
+  /** The results kept now. */
+  def retained: Seq[KeptResult] = synchronized(entries.values.toList)
+
+  /**
+   * The kept result of `id` whose lineage is `key`'s, if its columns have `types`. One of the same
+   * id and another lineage cannot serve (a hash collision, or another source state): it stays until
+   * a query shows its sources changed ([[dropStale]]).
+   */
+  def lookup(id: String, key: LineageKey, types: Seq[DataType]): Option[KeptResult] = synchronized {
+    entries.get(id).filter(r => r.key.sameLineage(key) && r.types == types)
+  }
+
+  /** Counts `r` read by a query that runs. */
+  def read(r: KeptResult): Unit = synchronized {
+    if (entries.get(r.id).exists(_ eq r)) {
+      entries.remove(r.id)
+      entries(r.id) = r // least recently used first: a read one moves to the end
+    }
+    r.lastUse = System.currentTimeMillis()
+    r.uses += 1
+  }
+
+  /**
+   * Lets go of the kept results over a source that `plan` reads and whose fingerprint in this
+   * query's keys (`results`) differs: the rows are of the source's former state.
+   */
+  def dropStale(plan: LogicalPlan, results: Seq[(LogicalPlan, LineageKey.Result)]): Unit = synchronized {
+    if (entries.nonEmpty) {
+      val stale = SourceFingerprint.staleIn(plan, results)
+      entries.values.filter(_.key.allSources.exists(stale)).toList
+        .foreach(release(_, "invalidated: a source it was computed from changed"))
+    }
+  }
+
+  /**
+   * The rows a query returned for `request`: kept when they take at most its `maxBytes` and, with
+   * the others kept, at most `budget` bytes (the others of least value per byte go first to make room).
+   */
+  def offer(request: KeepRequest, rows: Array[InternalRow], budget: Long): Unit = {
+    val keyBytes = CollectedResults.EntryBytes + 2L * request.key.canonicalChars
+    // Too many rows, or (when they are the subplan's own) too many bytes: refused without a copy.
+    val same = request.ordinals == request.types.indices &&
+      rows.forall { case u: UnsafeRow => u.numFields == request.types.size; case _ => false }
+    val least = keyBytes + rows.length * CollectedResults.RowBytes +
+      (if (same) rows.iterator.map(_.asInstanceOf[UnsafeRow].getSizeInBytes.toLong).sum else 0L)
+    val kept = mutable.ArrayBuffer.empty[InternalRow]
+    var bytes = keyBytes
+    if (least <= request.maxBytes) {
+      val project = UnsafeProjection.create(request.ordinals.zip(request.types).map { case (i, t) => BoundReference(i, t, true) })
+      val all = rows.iterator
+      while (all.hasNext && bytes <= request.maxBytes) {
+        val row = project(all.next()).copy()
+        bytes += row.getSizeInBytes + CollectedResults.RowBytes
+        kept += row
+      }
+    }
+    val why = s"result of ${request.key.hash} (${rows.length} rows)"
+    if (least > request.maxBytes || bytes > request.maxBytes) {
+      stats.record(Counter.ResultsRefused, s"not kept: $why, more than collected.maxBytes (${request.maxBytes} bytes)")
+    } else synchronized {
+      val known = entries.get(request.id).filter(_.key.sameLineage(request.key))
+      val others = entries.values.filterNot(r => known.exists(_ eq r)).toSeq
+      if (bytes > budget) {
+        stats.record(Counter.ResultsRefused, s"not kept: $why, $bytes bytes, more than the budget of $budget")
+      } else if (known.isEmpty) {
+        entries.get(request.id).foreach(release(_, "replaced by a newer result of the same key"))
+        val costMs = math.max(0L, System.currentTimeMillis() - request.plannedMs)
+        val r = new KeptResult(request.id, request.key, request.types, kept.toIndexedSeq, bytes, costMs,
+          System.currentTimeMillis())
+        entries(r.id) = r
+        stats.record(Counter.ResultsKept, s"kept $why: $bytes bytes on the driver, for later queries that hold its subplan")
+        val order = others.sortBy(o => (EvictionPolicy.valuePerByte(o.costMs, o.uses, o.bytes), o.lastUse))
+        order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget)
+          .foreach(release(_, s"over the budget of $budget bytes (least value per byte)"))
+      }
+    }
+  }
+
+  /** Lets go of `r`, counted as released; the plans that read it keep their own copy of the rows. */
+  def release(r: KeptResult, why: String, counter: Counter.Value = Counter.ResultsReleased): Unit = synchronized {
+    if (entries.get(r.id).exists(_ eq r)) {
+      entries.remove(r.id)
+      stats.record(counter, s"released the kept result of ${r.key.hash}: $why")
+    }
+  }
+
+  /** Lets go of the results kept for one user (their last Spark Connect session closed): `idOf` names their entries. */
+  def releaseOf(idOf: LineageKey => String, why: String): Unit = synchronized {
+    entries.values.filter(r => r.id == idOf(r.key)).toList.foreach(release(_, why))
+  }
+
+  /** Lets go of every kept result (`memphis.clear`, or memphis turned off). */
+  def releaseAll(why: String): Unit = synchronized(entries.values.toList.foreach(release(_, why)))
+}
+
+object CollectedResults {
+  /** What a kept result takes besides its rows and its key's canonical forms: its entry and the key's fields. */
+  val EntryBytes = 1024L
+
+  /** What a row takes besides its bytes: the row object and its array's header. */
+  val RowBytes = 56L
+}

@@ -1,0 +1,68 @@
+package io.memphis.collected
+
+import scala.util.control.NonFatal
+
+import io.memphis.{CacheStats, LineageCache}
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{Attribute, SortOrder}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
+import org.apache.spark.sql.catalyst.plans.physical.Partitioning
+import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
+import org.apache.spark.sql.internal.SQLConf
+
+/**
+ * Marks the root of a query whose collected rows stand for one of its subplans (put there by
+ * [[KeepResultRule]]): when the query's rows come back to the driver, they are offered to the
+ * lineage cache's kept results. Invisible to plan comparison (its child's canonical form); shows in
+ * `explain()` as `KeepResult memphis <key>`.
+ */
+final case class KeepResult(request: KeepRequest, child: LogicalPlan) extends UnaryNode {
+  override def output: Seq[Attribute] = child.output
+  override protected def doCanonicalize(): LogicalPlan = child.canonicalized
+  override protected def withNewChildInternal(newChild: LogicalPlan): KeepResult = copy(child = newChild)
+  override protected def stringArgs: Iterator[Any] = Iterator(request.describe)
+}
+
+/**
+ * Passes its child's rows through; its `executeCollect` (what `collect()`, `count()` and PySpark's
+ * `collect()` call on a query's root, under adaptive execution from the result stage) hands the rows
+ * to [[CollectedResults.offer]] before returning them. Other ways of reading the rows (an iterator,
+ * `take`, Arrow batches) keep nothing.
+ */
+final case class KeepResultExec(request: KeepRequest, child: SparkPlan) extends UnaryExecNode {
+  override def output: Seq[Attribute] = child.output
+  override def outputPartitioning: Partitioning = child.outputPartitioning
+  override def outputOrdering: Seq[SortOrder] = child.outputOrdering
+  override protected def doCanonicalize(): SparkPlan = child.canonicalized
+  override protected def stringArgs: Iterator[Any] = Iterator(request.describe)
+
+  override protected def doExecute(): RDD[InternalRow] = child.execute()
+
+  override def executeCollect(): Array[InternalRow] = {
+    val rows = child.executeCollect()
+    try {
+      val cache = LineageCache.forContext(sparkContext)
+      cache.collected.offer(request, rows, cache.budgets(SQLConf.get).collectedResultsBudget)
+    } catch {
+      case NonFatal(e) => CacheStats.log.warn(s"memphis: did not keep a collected result after an internal error: $e", e)
+    }
+    rows
+  }
+
+  override def executeTake(n: Int): Array[InternalRow] = child.executeTake(n)
+
+  override def executeTail(n: Int): Array[InternalRow] = child.executeTail(n)
+
+  override def executeToIterator(): Iterator[InternalRow] = child.executeToIterator()
+
+  override protected def withNewChildInternal(newChild: SparkPlan): KeepResultExec = copy(child = newChild)
+}
+
+/** Plans the mark (adaptive re-planning included). */
+object KeepResultStrategy extends SparkStrategy {
+  override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
+    case KeepResult(request, child) => KeepResultExec(request, planLater(child)) :: Nil
+    case _ => Nil
+  }
+}
