@@ -30,7 +30,8 @@ spark.range(int(sys.argv[2]), int(sys.argv[3])).write.format("delta").mode(sys.a
 READER = DELTA_CONFS + """
 import json, subprocess, sys
 import memphis
-spark = memphis.configure_spark(builder).getOrCreate()
+# Persisted entries, not rows kept on the driver, answer the repeated collects below.
+spark = memphis.configure_spark(builder, collected_maxBytes="0").getOrCreate()
 path, writer = sys.argv[1], sys.argv[2]
 spark.range(100).write.format("delta").save(path)
 latest = spark.read.format("delta").load(path).where("id > 10")

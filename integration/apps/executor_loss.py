@@ -22,6 +22,9 @@ CONFS = {
     "spark.sql.shuffle.partitions": "8",
     # Fixed partitions, spread over both executors: a lost executor takes some of them, not all.
     "spark.sql.adaptive.enabled": "false",
+    # The entries lost with an executor are persisted ones: rows kept on the driver would answer the
+    # repeated collects without any.
+    "spark.memphis.collected.maxBytes": "0",
 }
 PARTITIONS = 8
 
