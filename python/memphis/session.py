@@ -246,8 +246,9 @@ def entries(spark):
     return pd.concat([spark_rows, driver.entries()], ignore_index=True)
 
 
-def clear(spark) -> None:
+def clear(spark, *, durable: bool = False) -> None:
     """Unpersists everything memphis holds in Spark storage, forgets its entries, clears the
-    driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`."""
+    driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`;
+    ``durable=True`` also removes the driver's durable files of this user."""
     jvm_access.of(spark).clear()
-    driver.clear()
+    driver.clear(durable=durable)

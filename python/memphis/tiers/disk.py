@@ -73,7 +73,7 @@ def _write_payload(fmt, value, out):
 FORMATS = ("npy", "npz", "arrow", "pandas")
 
 
-def _read_payload(fmt, payload):
+def read_payload(fmt, payload):
     import pyarrow as pa
 
     if fmt == "npy":
@@ -305,7 +305,7 @@ class DiskTier:
                 data = f.read()
             checked = checked_body(data, key)
             valid = checked is not None and path.endswith("." + ("arrow" if checked[0] == "pandas" else checked[0]))
-            value = _read_payload(*checked) if valid else None
+            value = read_payload(*checked) if valid else None
         except Exception as error:  # any unreadable file is treated as corrupt: recompute, never fail
             log.debug("spill file of %s unreadable: %s", key, error)
             value = None

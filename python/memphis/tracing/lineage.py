@@ -62,7 +62,7 @@ class LineageItem:
         """The bytes the hash is taken of: opcode and literals (their repr, which no process's hash
         seed or addresses enter), then the inputs' hashes. The durable tier keeps them beside a
         value and compares them on a hit, as ``==`` compares items within a process. A ``cut``
-        leaf stands for a trace it no longer holds: its identity does not hash to its digest.
+        leaf stands for a trace it no longer holds: it has none (None).
 
         Examples
         --------
@@ -70,6 +70,8 @@ class LineageItem:
         >>> hashlib.blake2b(item.identity(), digest_size=16).digest() == item.digest
         True
         """
+        if self.opcode == "cut":
+            return None
         return _head(self.opcode, self.literals) + b"".join([i.digest for i in self.inputs])
 
     @property
