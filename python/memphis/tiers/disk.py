@@ -38,23 +38,23 @@ class _HashingWriter:
 
 def spill_format(value):
     """The file format that holds ``value`` exactly, or None when it cannot be spilled."""
-    import pandas as pd
-    import pyarrow as pa
-
     if isinstance(value, np.ndarray) and value.dtype != object:
         return "npy"
     if type(value) is tuple and value and all(isinstance(v, np.ndarray) and v.dtype != object for v in value):
         return "npz"
-    if isinstance(value, pa.Table):
-        return "arrow"
-    if isinstance(value, pd.DataFrame):
-        return "pandas"
+    module = type(value).__module__  # pandas and pyarrow are imported only for their own values (~0.2 s)
+    if module.startswith("pyarrow"):
+        import pyarrow as pa
+
+        return "arrow" if isinstance(value, pa.Table) else None
+    if module.startswith("pandas"):
+        import pandas as pd
+
+        return "pandas" if isinstance(value, pd.DataFrame) else None
     return None
 
 
 def _write_payload(fmt, value, out):
-    import pyarrow as pa
-
     if fmt == "npy":
         np.save(out, value, allow_pickle=False)
         return
@@ -63,6 +63,8 @@ def _write_payload(fmt, value, out):
         np.savez(buffer, *value)
         out.write(buffer.getvalue())
         return
+    import pyarrow as pa  # here, not above: importing it takes about 0.15 s that arrays never need
+
     table = pa.Table.from_pandas(value) if fmt == "pandas" else value
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
@@ -74,13 +76,14 @@ FORMATS = ("npy", "npz", "arrow", "pandas")
 
 
 def read_payload(fmt, payload):
-    import pyarrow as pa
-
+    """The value of an entry file's payload (bytes or a memoryview) in format ``fmt``; never unpickles."""
     if fmt == "npy":
         return np.load(io.BytesIO(payload), allow_pickle=False)  # BytesIO copies a memoryview: the value owns its bytes
     if fmt == "npz":
         with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
             return tuple(archive[f"arr_{i}"] for i in range(len(archive.files)))
+    import pyarrow as pa  # as in _write_payload
+
     table = pa.ipc.open_file(pa.py_buffer(payload)).read_all()
     return table.to_pandas() if fmt == "pandas" else table
 
