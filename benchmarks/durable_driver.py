@@ -98,6 +98,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=rigor.DEFAULT_REPEATS)
+    parser.add_argument("--workloads", default="ridge,features")
     parser.add_argument("--quick", action="store_true", help="every mode once: answers checked, timings meaningless")
     parser.add_argument("--out", default=os.path.join(rigor.HERE, "results", "durable_driver"))
     args = parser.parse_args()
@@ -107,7 +108,7 @@ def main():
              + rigor.provenance_line(report["provenance"]), "",
              "| workload | mode | seconds to the answer | seconds to exit (writes done) | durable writes / hits | "
              "answer / off | exit / off |", "|---|---|---|---|---|---|---|"]
-    for workload in ("ridge", "features"):
+    for workload in args.workloads.split(","):
         runs = measure(workload, args.rows, args.repeats, args.quick)
         exits = {mode: [{"seconds": s["exit_seconds"]} for s in samples] for mode, samples in runs.items()}
         ratios, exit_ratios = rigor.ratios_to(runs, "off"), rigor.ratios_to(exits, "off")
