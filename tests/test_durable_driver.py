@@ -368,3 +368,23 @@ def test_the_durable_tier_is_off_in_tests_and_where_asked(tmp_path, monkeypatch)
     assert config.durable_root("") == os.path.join(os.path.expanduser("~"), ".cache", "memphis", "durable")
     with pytest.raises(ValueError, match="durable_max_bytes='lots'"):
         memphis.local.configure(durable_max_bytes="lots")
+
+
+def test_a_forked_child_writes_with_a_writer_of_its_own(tmp_path):
+    tier = durable_tier(tmp_path)
+    written(tier, np.arange(10.0))  # the parent's writer thread exists now
+    child = os.fork()
+    if child == 0:  # the child: its write must run and its flush return
+        try:
+            written(tier, np.arange(20.0), item=OTHER_ITEM)
+        finally:
+            os._exit(0)
+    deadline = time.time() + 30
+    while os.waitpid(child, os.WNOHANG) == (0, 0):
+        if time.time() > deadline:  # its write never ran: flush waits for ever
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            pytest.fail("the forked child's write did not run")
+        time.sleep(0.05)
+    got, _ = durable_tier(tmp_path).read(OTHER_ITEM.key, OTHER_ITEM)
+    np.testing.assert_array_equal(got, np.arange(20.0))

@@ -96,7 +96,10 @@ class DurableTier:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._pending_bytes = 0
-        self._writer = None  # one background thread, made on the first write
+        # One background thread, made on the first write of each process: a child forked from this
+        # one inherits the executor without its thread, so a write queued there would never run.
+        self._writer = None
+        self._writer_pid = None
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -178,8 +181,9 @@ class DurableTier:
             else:
                 behind = None
                 self._pending_bytes += size
-                if self._writer is None:
+                if self._writer is None or self._writer_pid != os.getpid():
                     self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="memphis-durable")
+                    self._writer_pid = os.getpid()
                 writer = self._writer
         if behind is not None:
             return self._refuse(key, f"{behind} bytes are queued for writing already")
@@ -288,9 +292,9 @@ class DurableTier:
     # --- reading the tier ---------------------------------------------------------------------
 
     def flush(self):
-        """Waits for the writes queued so far."""
+        """Waits for the writes this process queued so far."""
         with self._lock:
-            writer = self._writer
+            writer = self._writer if self._writer_pid == os.getpid() else None
         if writer is not None:
             writer.submit(lambda: None).result()
 
@@ -322,7 +326,7 @@ class DurableTier:
     def close(self):
         """Waits for the queued writes and stops the writer thread; the files stay."""
         with self._lock:
-            writer, self._writer = self._writer, None
+            writer, self._writer = (self._writer if self._writer_pid == os.getpid() else None), None
         if writer is not None:
             writer.shutdown(wait=True)
 
