@@ -388,3 +388,11 @@ def test_a_forked_child_writes_with_a_writer_of_its_own(tmp_path):
         time.sleep(0.05)
     got, _ = durable_tier(tmp_path).read(OTHER_ITEM.key, OTHER_ITEM)
     np.testing.assert_array_equal(got, np.arange(20.0))
+
+
+def test_a_masked_array_is_not_written_since_a_file_would_lose_its_mask(tmp_path):
+    tier = durable_tier(tmp_path)
+    value = np.ma.masked_array(np.arange(4.0), mask=[0, 1, 0, 0])
+    tier.offer(ITEM.key, ITEM, value, cost_s=1.0, size=value.nbytes)
+    tier.flush()
+    assert tier.stats()["durable_refused"] == 1 and tier.read(ITEM.key, ITEM) is None

@@ -38,9 +38,10 @@ class _HashingWriter:
 
 def spill_format(value):
     """The file format that holds ``value`` exactly, or None when it cannot be spilled."""
-    if isinstance(value, np.ndarray) and value.dtype != object:
+    # Plain arrays only: a subclass (a masked array, np.matrix) would come back as a plain array.
+    if type(value) is np.ndarray and value.dtype != object:
         return "npy"
-    if type(value) is tuple and value and all(isinstance(v, np.ndarray) and v.dtype != object for v in value):
+    if type(value) is tuple and value and all(type(v) is np.ndarray and v.dtype != object for v in value):
         return "npz"
     module = type(value).__module__  # pandas and pyarrow are imported only for their own values (~0.2 s)
     if module.startswith("pyarrow"):
