@@ -4,9 +4,20 @@ import subprocess
 import sys
 import time
 
+import atexit
+import shutil
+import tempfile
+
 import pytest
 
-import memphis
+# No test reads or writes the user's durable tier, and none sees another test's durable entries:
+# the durable tier is off (tests that need it configure a folder of their own), and its default
+# folder lies in a cache directory of this run, removed at its end. Subprocesses inherit both.
+os.environ["MEMPHIS_DURABLE"] = "off"
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="memphis-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
+
+import memphis  # noqa: E402  (after the environment above: tiers read it when first made)
 
 # The benchmark harness and workloads, which some tests import: they are not part of the package.
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")

@@ -2,13 +2,15 @@
 from memphis.broadcasts import broadcasts_of
 from memphis.tiers.runtime import Runtime, default
 
-COLUMNS = ["key", "tier", "state", "opcode", "hits", "misses", "cost_ms", "size_bytes", "score"]
+COLUMNS = ["key", "tier", "state", "opcode", "hits", "misses", "cost_ms", "size_bytes", "score", "path", "age_s"]
 
 
 def stats(runtime: Runtime = default) -> dict:
     """Counters of the local tiers: hits, partial_hits, misses, computed, evicted, spilled, reloaded,
     refused, corrupt, spill_failed, started_early, internal_errors, bytes_held_host, bytes_held_disk,
-    compute_saved_ms; and the GPU tier's (zeros without one): gpu_hits, gpu_misses,
+    compute_saved_ms; the durable tier's: durable_hits, durable_misses, durable_writes, durable_refused,
+    durable_evicted, durable_corrupt, durable_foreign, durable_write_failed, durable_orphans_removed,
+    bytes_held_durable, durable_budget_bytes; and the GPU tier's (zeros without one): gpu_hits, gpu_misses,
     recycled_allocations, fresh_allocations, evicted_to_host, gpu_deleted, bytes_held_gpu,
     eviction_time_ms, copies_to_device, copies_to_host; and the
     broadcasts of :func:`memphis.broadcast`: broadcast_hits, broadcasts, broadcasts_evicted,
@@ -17,15 +19,22 @@ def stats(runtime: Runtime = default) -> dict:
 
 
 def entries(runtime: Runtime = default):
-    """One row per local entry (pandas): key, tier (host, disk or gpu), state, opcode, hits, misses,
-    cost_ms, size_bytes, score."""
+    """One row per local entry (pandas): key, tier (host, disk, durable or gpu), state, opcode, hits,
+    misses, cost_ms, size_bytes, score; path and age_s for durable files."""
     import pandas as pd  # imported when asked for: most sessions never list entries
 
     return pd.DataFrame(runtime.entries(), columns=COLUMNS)
 
 
-def clear(runtime: Runtime = default):
+def clear(runtime: Runtime = default, *, durable: bool = False):
     """Drops every local entry (host, disk and GPU) and destroys the broadcasts of
-    :func:`memphis.broadcast`; the counters keep counting."""
-    runtime.clear()
+    :func:`memphis.broadcast`; ``durable=True`` removes the durable tier's files of this user too
+    (other processes then recompute them). The counters keep counting.
+
+    Examples
+    --------
+    >>> import memphis.local
+    >>> memphis.local.clear(durable=True)  # doctest: +SKIP
+    """
+    runtime.clear(durable=durable)
     broadcasts_of(runtime).clear()

@@ -25,14 +25,20 @@ __all__ = ["State", "TracedArray", "array", "broadcast", "clear", "collect", "co
            "reuse", "stats", "tier"]
 
 
-def configure(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, min_cost_s: float = None) -> HostTier:
-    """Replaces the local tiers (their entries are dropped) with ones of these settings.
+def configure(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, durable_dir=None, durable_max_bytes=None,
+              min_cost_s: float = None) -> HostTier:
+    """Replaces the local tiers (their entries are dropped; durable files stay) with ones of these settings.
 
     Unset values come from the active Spark session's ``spark.memphis.host.maxBytes`` (default
     ``0``: a quarter of the driver's physical RAM), ``spark.memphis.disk.dir`` (default empty:
-    ``memphis-<user>`` under the system temp dir) and ``spark.memphis.disk.maxBytes`` (default
-    ``10g``; ``0`` turns spilling off). ``min_cost_s``: traced results that took less are not
-    cached; by default the tier's measured probe+store time (0 caches all; tests use it). A value
+    ``memphis-<user>`` under the system temp dir), ``spark.memphis.disk.maxBytes`` (default
+    ``10g``; ``0`` turns spilling off), ``spark.memphis.durable.dir`` (default empty:
+    ``memphis/durable`` under ``$XDG_CACHE_HOME`` or ``~/.cache``; this tier's files go to its
+    ``<user>/driver`` folder) and ``spark.memphis.durable.maxBytes`` (default ``10g``; ``0`` turns
+    the durable tier off, as ``MEMPHIS_DURABLE=off`` in the environment does when neither durable
+    argument is given). ``min_cost_s``: traced results that took less are not
+    cached, nor kept durably; by default the host tier's measured probe+store time, and for the
+    durable tier the estimated time to write and read the value back (0 keeps all; tests use it). A value
     that is not one of these kinds raises ValueError naming the argument (or the conf), the value
     and what is allowed; nothing is replaced then.
 
@@ -41,9 +47,10 @@ def configure(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, min_co
     >>> import memphis.local
     >>> memphis.local.configure(host_max_bytes="64m", disk_max_bytes=0).max_bytes
     67108864
+    >>> memphis.local.configure(durable_dir="/scratch/memphis", durable_max_bytes="50g")  # doctest: +SKIP
     """
     return default.configure_host(host_max_bytes=host_max_bytes, disk_dir=disk_dir, disk_max_bytes=disk_max_bytes,
-                                  min_cost_s=min_cost_s)
+                                  durable_dir=durable_dir, durable_max_bytes=durable_max_bytes, min_cost_s=min_cost_s)
 
 
 def tier() -> HostTier:

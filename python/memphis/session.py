@@ -189,7 +189,10 @@ def stats(spark) -> dict:
     Driver tiers (:mod:`memphis.local`), prefixed ``local_``: local_hits, local_partial_hits,
     local_misses, local_computed, local_evicted, local_spilled, local_reloaded, local_refused,
     local_corrupt, local_spill_failed, local_started_early, local_internal_errors, local_compute_saved_ms; and
-    bytes_held_host, bytes_held_disk. GPU tier (:mod:`memphis.gpu`, zeros without one):
+    bytes_held_host, bytes_held_disk. The driver's durable tier: local_durable_hits, local_durable_misses,
+    local_durable_writes, local_durable_refused, local_durable_evicted, local_durable_corrupt,
+    local_durable_foreign, local_durable_write_failed, local_durable_orphans_removed, bytes_held_durable and
+    durable_budget_bytes. GPU tier (:mod:`memphis.gpu`, zeros without one):
     local_gpu_hits, local_gpu_misses, local_recycled_allocations, local_fresh_allocations,
     local_evicted_to_host, local_gpu_deleted, local_eviction_time_ms, local_copies_to_device,
     local_copies_to_host; and bytes_held_gpu.
@@ -246,8 +249,9 @@ def entries(spark):
     return pd.concat([spark_rows, driver.entries()], ignore_index=True)
 
 
-def clear(spark) -> None:
+def clear(spark, *, durable: bool = False) -> None:
     """Unpersists everything memphis holds in Spark storage, forgets its entries, clears the
-    driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`."""
+    driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`;
+    ``durable=True`` also removes the driver's durable files of this user."""
     jvm_access.of(spark).clear()
-    driver.clear()
+    driver.clear(durable=durable)

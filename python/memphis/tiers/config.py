@@ -13,6 +13,7 @@ import tempfile
 
 from memphis import jar_facts
 from memphis.tiers.disk import DiskTier
+from memphis.tiers.durable import DurableTier
 from memphis.tiers.host import HostTier
 
 HOST_MAX_BYTES = "spark.memphis.host.maxBytes"
@@ -20,6 +21,14 @@ DISK_DIR = "spark.memphis.disk.dir"
 DISK_MAX_BYTES = "spark.memphis.disk.maxBytes"
 GPU_MEMORY_FRACTION = "spark.memphis.gpu.memoryFraction"
 BROADCAST_MAX_BYTES = "spark.memphis.broadcast.maxBytes"
+DURABLE_DIR = "spark.memphis.durable.dir"
+DURABLE_MAX_BYTES = "spark.memphis.durable.maxBytes"
+SHARE_ACROSS_USERS = "spark.memphis.shareAcrossUsers"
+# Defaults of keys that jars built before the durable tier do not declare yet; the jar's win once it does.
+PYTHON_DEFAULTS = {DURABLE_DIR: "", DURABLE_MAX_BYTES: "10g"}
+# MEMPHIS_DURABLE=off in the environment turns the driver's durable tier off unless configure() names
+# a durable setting: for test suites and sandboxes, whose processes must not share results.
+DURABLE_SWITCH = "MEMPHIS_DURABLE"
 HOST_FRACTION_OF_RAM = 0.25  # what host.maxBytes=0 means
 _BYTE_SIZE = re.compile(r"\s*(\d+)\s*([kmgtp]?)b?\s*", re.IGNORECASE)
 _MAX_BYTES = (1 << 63) - 1  # the JVM reads a byte size into a long
@@ -64,6 +73,29 @@ def disk_root(value) -> str:
     return path.strip() or os.path.join(tempfile.gettempdir(), f"memphis-{getpass.getuser()}")
 
 
+def durable_root(value) -> str:
+    """The directory that a durable.dir value means: empty is ``memphis/durable`` under the user's
+    cache directory (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(path, str):
+        raise TypeError("expected a directory path (a string); empty for memphis/durable in the user's cache directory")
+    if path.strip():
+        return path.strip()
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):  # the XDG spec: a relative value is ignored
+        cache = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "memphis", "durable")
+
+
+def boolean(value) -> bool:
+    """A boolean as the JVM reads a conf: true or false, any case."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("expected true or false")
+
+
 def fraction(value) -> float:
     """A fraction in (0, 1], as the JVM accepts it.
 
@@ -98,7 +130,10 @@ def checked(name: str, value, parse):
 
 
 def default(name) -> str:
-    """The default of the ``spark.memphis.*`` key ``name``, as the JVM declares it."""
+    """The default of the ``spark.memphis.*`` key ``name``, as the JVM declares it (or, for a key
+    the installed jars predate, as :data:`PYTHON_DEFAULTS` does)."""
+    if name in PYTHON_DEFAULTS and name not in jar_facts.conf_table():
+        return PYTHON_DEFAULTS[name]
     return jar_facts.default(name)
 
 
@@ -121,14 +156,28 @@ def resolved(conf: str, argument: str, given, parse):
     return checked(argument, given, parse) if given is not None else checked(conf, setting(conf, None), parse)
 
 
-def host_tier(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, min_cost_s: float = None) -> HostTier:
-    """A host tier (with its disk tier) of these settings; unset ones from the Spark confs (see
-    :func:`memphis.local.configure`). A bad value raises ValueError naming where it came from."""
+def durable_tier(*, durable_dir=None, durable_max_bytes=None, min_cost_s: float = None):
+    """The durable tier of these settings (unset ones from the Spark confs), None when it is off:
+    ``durable_max_bytes`` 0, or MEMPHIS_DURABLE=off in the environment with neither argument given."""
+    if durable_dir is None and durable_max_bytes is None and os.environ.get(DURABLE_SWITCH, "").lower() == "off":
+        return None
+    max_bytes = resolved(DURABLE_MAX_BYTES, "durable_max_bytes", durable_max_bytes, parse_bytes)
+    root = resolved(DURABLE_DIR, "durable_dir", durable_dir, durable_root)
+    shared = checked(SHARE_ACROSS_USERS, setting(SHARE_ACROSS_USERS, None), boolean)
+    # An unusable directory shows on the first write: counted in durable_write_failed, warned once.
+    return DurableTier(root=root, max_bytes=max_bytes, shared=shared, min_cost_s=min_cost_s) if max_bytes else None
+
+
+def host_tier(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, durable_dir=None, durable_max_bytes=None,
+              min_cost_s: float = None) -> HostTier:
+    """A host tier (with its disk and durable tiers) of these settings; unset ones from the Spark
+    confs (see :func:`memphis.local.configure`). A bad value raises ValueError naming where it came from."""
     host_bytes = resolved(HOST_MAX_BYTES, "host_max_bytes", host_max_bytes, host_budget)
     disk_bytes = resolved(DISK_MAX_BYTES, "disk_max_bytes", disk_max_bytes, parse_bytes)
     root = resolved(DISK_DIR, "disk_dir", disk_dir, disk_root)
     if min_cost_s is not None:
         min_cost_s = checked("min_cost_s", min_cost_s, seconds)
+    durable = durable_tier(durable_dir=durable_dir, durable_max_bytes=durable_max_bytes, min_cost_s=min_cost_s)
     # An unusable directory shows on the first spill: counted in spill_failed, warned once.
     disk = DiskTier(root=root, max_bytes=disk_bytes) if disk_bytes else None  # 0 turns spilling off
-    return HostTier(max_bytes=host_bytes, disk=disk, min_cost_s=min_cost_s)
+    return HostTier(max_bytes=host_bytes, disk=disk, durable=durable, min_cost_s=min_cost_s)

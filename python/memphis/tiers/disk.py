@@ -38,23 +38,24 @@ class _HashingWriter:
 
 def spill_format(value):
     """The file format that holds ``value`` exactly, or None when it cannot be spilled."""
-    import pandas as pd
-    import pyarrow as pa
-
-    if isinstance(value, np.ndarray) and value.dtype != object:
+    # Plain arrays only: a subclass (a masked array, np.matrix) would come back as a plain array.
+    if type(value) is np.ndarray and value.dtype != object:
         return "npy"
-    if type(value) is tuple and value and all(isinstance(v, np.ndarray) and v.dtype != object for v in value):
+    if type(value) is tuple and value and all(type(v) is np.ndarray and v.dtype != object for v in value):
         return "npz"
-    if isinstance(value, pa.Table):
-        return "arrow"
-    if isinstance(value, pd.DataFrame):
-        return "pandas"
+    module = type(value).__module__  # pandas and pyarrow are imported only for their own values (~0.2 s)
+    if module.startswith("pyarrow"):
+        import pyarrow as pa
+
+        return "arrow" if isinstance(value, pa.Table) else None
+    if module.startswith("pandas"):
+        import pandas as pd
+
+        return "pandas" if isinstance(value, pd.DataFrame) else None
     return None
 
 
 def _write_payload(fmt, value, out):
-    import pyarrow as pa
-
     if fmt == "npy":
         np.save(out, value, allow_pickle=False)
         return
@@ -63,6 +64,8 @@ def _write_payload(fmt, value, out):
         np.savez(buffer, *value)
         out.write(buffer.getvalue())
         return
+    import pyarrow as pa  # here, not above: importing it takes about 0.15 s that arrays never need
+
     table = pa.Table.from_pandas(value) if fmt == "pandas" else value
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
@@ -70,16 +73,68 @@ def _write_payload(fmt, value, out):
     out.write(sink.getvalue())
 
 
-def _read_payload(fmt, payload: bytes):
-    import pyarrow as pa
+FORMATS = ("npy", "npz", "arrow", "pandas")
 
+
+def read_payload(fmt, payload):
+    """The value of an entry file's payload (bytes or a memoryview) in format ``fmt``; never unpickles."""
     if fmt == "npy":
-        return np.load(io.BytesIO(payload), allow_pickle=False)
+        return np.load(io.BytesIO(payload), allow_pickle=False)  # BytesIO copies a memoryview: the value owns its bytes
     if fmt == "npz":
         with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
             return tuple(archive[f"arr_{i}"] for i in range(len(archive.files)))
+    import pyarrow as pa  # as in _write_payload
+
     table = pa.ipc.open_file(pa.py_buffer(payload)).read_all()
     return table.to_pandas() if fmt == "pandas" else table
+
+
+def checked_key(key: str) -> str:
+    """``key`` when it is 32 lowercase hex digits, the only names entry files have: nothing can point
+    outside their directory."""
+    if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
+        raise ValueError(f"disk key {key!r}: expected 32 lowercase hex digits")
+    return key
+
+
+def write_entry_file(directory: str, key: str, value, fmt: str, *, magic: bytes = MAGIC, prefix: bytes = b""):
+    """(temp path, bytes): ``value`` written as an entry file to a fresh temp file (0600) in
+    ``directory``, named ``<key>.*.tmp``, for the caller to rename into place; nothing is left
+    behind when it fails.
+
+    The file is a header (``magic``, format, length, key, blake2b-256 of what follows) and then
+    ``prefix`` (a tier's own fields, covered by the checksum) and the payload, hashed as written.
+    """
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=f"{checked_key(key)}.", suffix=".tmp")  # 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(bytes(HEADER_BYTES))
+            writer = _HashingWriter(f)
+            writer.write(prefix)
+            _write_payload(fmt, value, writer)
+            f.seek(0)
+            f.write(magic + fmt.encode().ljust(8) + writer.length.to_bytes(8, "little")
+                    + bytes.fromhex(key) + writer.hash.digest())
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    return temp, HEADER_BYTES + writer.length
+
+
+def checked_body(data: bytes, key: str, *, magic: bytes = MAGIC):
+    """(format, body) of an entry file's bytes ``data`` (see :func:`write_entry_file`): the body is
+    the prefix and the payload; None when the magic, length, key or checksum does not match (a
+    corrupt, truncated or foreign file)."""
+    header, body = data[:HEADER_BYTES], memoryview(data)[HEADER_BYTES:]
+    fmt = header[8:16].decode("ascii", "replace").strip()
+    valid = (header[:8] == magic and fmt in FORMATS
+             and int.from_bytes(header[16:24], "little") == len(body)
+             and header[24:40] == bytes.fromhex(key)
+             and hashlib.blake2b(body, digest_size=32).digest() == header[40:72])
+    return (fmt, body) if valid else None
 
 
 def private_dir(path: str) -> str:
@@ -91,6 +146,38 @@ def private_dir(path: str) -> str:
     if stat.S_IMODE(info.st_mode) != 0o700:
         os.chmod(path, 0o700)
     return path
+
+
+class Bandwidths:
+    """A disk's write and read bandwidths, learned from the transfers a tier makes; conservative
+    first guesses so that spilling starts early. Updated without a lock: a lost update only delays learning.
+
+    Examples
+    --------
+    >>> Bandwidths().transfer_seconds(200_000_000)
+    1.5
+    """
+
+    def __init__(self):
+        self.write_bytes_per_s = INITIAL_WRITE_BYTES_PER_S
+        self.read_bytes_per_s = INITIAL_READ_BYTES_PER_S
+
+    def transfer_seconds(self, size: int) -> float:
+        """Estimated time to write ``size`` bytes and read them back."""
+        return size / self.write_bytes_per_s + size / self.read_bytes_per_s
+
+    def wrote(self, size: int, seconds: float):
+        self.write_bytes_per_s = self._learn(self.write_bytes_per_s, size, seconds)
+
+    def read(self, size: int, seconds: float):
+        self.read_bytes_per_s = self._learn(self.read_bytes_per_s, size, seconds)
+
+    @staticmethod
+    def _learn(bytes_per_s, size, seconds):
+        """Moves a bandwidth halfway to what a transfer of at least MIN_MEASURED_BYTES showed (LIMA's EMA)."""
+        if size < MIN_MEASURED_BYTES or seconds <= 0:
+            return bytes_per_s
+        return (bytes_per_s + size / seconds) / 2
 
 
 class DiskTier:
@@ -118,8 +205,7 @@ class DiskTier:
         self.root = root
         self.directory = None  # made on the first write, so that an unusable root fails like a full disk
         self.max_bytes = int(max_bytes)
-        self.write_bytes_per_s = INITIAL_WRITE_BYTES_PER_S
-        self.read_bytes_per_s = INITIAL_READ_BYTES_PER_S
+        self.bandwidths = Bandwidths()
         self.corrupt = 0  # files found corrupt or foreign on read; guarded by _lock
         self.failed_writes = 0  # guarded by _lock
         self._lock = threading.Lock()
@@ -143,14 +229,11 @@ class DiskTier:
 
     def transfer_seconds(self, size: int) -> float:
         """Estimated time to write ``size`` bytes and read them back."""
-        return size / self.write_bytes_per_s + size / self.read_bytes_per_s
+        return self.bandwidths.transfer_seconds(size)
 
     @staticmethod
     def _path(directory: str, key: str, fmt: str) -> str:
-        # The name is the key alone, and a key is 32 hex digits: nothing can point outside the directory.
-        if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
-            raise ValueError(f"disk key {key!r}: expected 32 lowercase hex digits")
-        return os.path.join(directory, f"{key}.{'arrow' if fmt == 'pandas' else fmt}")
+        return os.path.join(directory, f"{checked_key(key)}.{'arrow' if fmt == 'pandas' else fmt}")
 
     def write(self, key: str, value, *, score: float):
         """Stores ``value``; returns (stored, keys evicted to make room). Never raises: a failed write
@@ -164,15 +247,7 @@ class DiskTier:
             with self._lock:
                 directory = self._made_directory()
             path = self._path(directory, key, fmt)
-            fd, temp = tempfile.mkstemp(dir=directory, suffix=".tmp")  # 0600
-            with os.fdopen(fd, "wb") as f:
-                f.write(bytes(HEADER_BYTES))
-                writer = _HashingWriter(f)
-                _write_payload(fmt, value, writer)
-                f.seek(0)
-                f.write(MAGIC + fmt.encode().ljust(8) + writer.length.to_bytes(8, "little")
-                        + bytes.fromhex(key) + writer.hash.digest())
-            size = HEADER_BYTES + writer.length
+            temp, size = write_entry_file(directory, key, value, fmt)
             with self._lock:
                 fits, evicted = self._make_room(size, score)
                 if not fits:
@@ -195,7 +270,7 @@ class DiskTier:
                     "evicted values are dropped and recomputed when asked for again", self.directory or self.root,
                     type(error).__name__, error)
             return False, evicted  # files evicted before the failure are gone all the same
-        self.write_bytes_per_s = self._learn(self.write_bytes_per_s, size, time.perf_counter() - start)
+        self.bandwidths.wrote(size, time.perf_counter() - start)
         log.debug("spilled %s (%d bytes) to disk", key, size)
         return True, evicted
 
@@ -232,13 +307,9 @@ class DiskTier:
         try:
             with open(path, "rb") as f:
                 data = f.read()
-            header, payload = data[:HEADER_BYTES], memoryview(data)[HEADER_BYTES:]
-            fmt = header[8:16].decode().strip()
-            valid = (header[:8] == MAGIC and path.endswith("." + ("arrow" if fmt == "pandas" else fmt))
-                     and int.from_bytes(header[16:24], "little") == len(payload)
-                     and header[24:40] == bytes.fromhex(key)
-                     and hashlib.blake2b(payload, digest_size=32).digest() == header[40:72])
-            value = _read_payload(fmt, bytes(payload)) if valid else None
+            checked = checked_body(data, key)
+            valid = checked is not None and path.endswith("." + ("arrow" if checked[0] == "pandas" else checked[0]))
+            value = read_payload(*checked) if valid else None
         except Exception as error:  # any unreadable file is treated as corrupt: recompute, never fail
             log.debug("spill file of %s unreadable: %s", key, error)
             value = None
@@ -248,7 +319,7 @@ class DiskTier:
                 self.corrupt += 1
                 log.debug("spill file of %s is corrupt: deleted, the value is recomputed", key)
         if value is not None:
-            self.read_bytes_per_s = self._learn(self.read_bytes_per_s, len(data), time.perf_counter() - start)
+            self.bandwidths.read(len(data), time.perf_counter() - start)
         return value
 
     def remove(self, key: str):
@@ -266,10 +337,3 @@ class DiskTier:
         with self._lock:
             known = self._files.get(key)
         return known[0] if known else None
-
-    @staticmethod
-    def _learn(bytes_per_s, size, seconds):
-        """Moves a bandwidth halfway to what a transfer of at least MIN_MEASURED_BYTES showed (LIMA's EMA)."""
-        if size < MIN_MEASURED_BYTES or seconds <= 0:
-            return bytes_per_s
-        return (bytes_per_s + size / seconds) / 2

@@ -11,7 +11,9 @@ import numpy as np
 
 from memphis.backends import numpy_backend
 from memphis.tiers.core import MISSING, OWN, REFUSED, Entry, check_move, kept_form, remember, wait_for
+from memphis.tiers import durable as durable_tier
 from memphis.tiers.disk import DiskTier, spill_format
+from memphis.tiers.durable import DurableTier
 
 log = logging.getLogger("memphis.local")
 
@@ -107,7 +109,8 @@ def hand_out(value):
 
 
 class HostTier:
-    """Local values in driver memory under ``max_bytes``, spilled to ``disk`` when that pays.
+    """Local values in driver memory under ``max_bytes``, spilled to ``disk`` when that pays, kept
+    across processes in ``durable`` when asked to and worth it.
 
     Each entry has a measured compute cost, a size, hits, misses and a last access; when a new value
     does not fit, CACHED entries leave lowest score ``(1+hits+misses)·cost/size`` first. A leaving
@@ -125,9 +128,11 @@ class HostTier:
     (1, True)
     """
 
-    def __init__(self, *, max_bytes: int, disk: Optional[DiskTier] = None, min_cost_s: Optional[float] = None):
+    def __init__(self, *, max_bytes: int, disk: Optional[DiskTier] = None, durable: Optional[DurableTier] = None,
+                 min_cost_s: Optional[float] = None):
         self.max_bytes = int(max_bytes)
         self.disk = disk
+        self.durable = durable
         self.min_cost_s = min_cost_s  # traced results cheaper than this are not held; None: see worth_caching_s
         self.overhead_s = INITIAL_OVERHEAD_S  # measured probe+store time of a miss (moving average)
         self.first_touch_s = numpy_backend.first_touch_seconds_per_byte()
@@ -146,14 +151,18 @@ class HostTier:
     # --- the one way in -----------------------------------------------------------------------
 
     def get_or_compute(self, key: str, compute: Callable[[], Any], *, item=None, opcode: str = "",
-                       cost_hint: Optional[float] = None, min_cost_s: Optional[float] = 0.0, signature=None):
-        """The value under ``key`` (32 hex digits): cached, reloaded, awaited or computed now.
+                       cost_hint: Optional[float] = None, min_cost_s: Optional[float] = 0.0, signature=None,
+                       durable: bool = False):
+        """The value under ``key`` (32 hex digits): cached, reloaded, awaited, read from the durable tier or computed now.
 
         A second thread asking for a key being computed waits for the first; if the first raises,
         nothing is stored and a waiter computes it itself. The computed value is cached when it fits
         and took at least ``min_cost_s`` (None: :meth:`worth_caching_s` of its size; ``cost_hint``
         replaces the measured seconds, e.g. the time of a Spark job that produced it). Arrays in it
         are made read-only. ``signature``: the operation's, whose measured cost :meth:`traced` learns.
+        ``durable``: whether ``item``'s lineage means the same in every process (content hashes and
+        literals, not a secret or an object of this process), so that the durable tier may serve
+        the value before it is computed and keep it when computed.
 
         Examples
         --------
@@ -202,6 +211,13 @@ class HostTier:
                 with self._cond:
                     entry.misses += 1
                     self._counts["misses"] += 1
+            durable = durable and self.durable is not None and item is not None
+            found = self.durable.read(key, item) if durable else None
+            if found is not None:
+                value, cost = found
+                with self._cond:
+                    self._counts["compute_saved_ms"] += cost * 1000
+                    return hand_out(self._store(entry, freeze(value), cost, min_cost_s))
             start = time.perf_counter()
             value = freeze(compute())
         except BaseException:
@@ -216,11 +232,14 @@ class HostTier:
         with self._cond:
             self._counts["computed"] += 1
             value = self._store(entry, value, cost, min_cost_s)
+            size = entry.size
             if not reload:  # a reload's probe includes a disk read: not the tier's own cost
                 spent = (start - entered) + (time.perf_counter() - computed)
                 # Clipped: a one-off stall (first imports, a collection pause) must not raise the floor.
                 spent = min(spent, OVERHEAD_SPIKE_FACTOR * self.overhead_s)
                 self.overhead_s += OVERHEAD_SMOOTHING * (spent - self.overhead_s)
+        if durable:
+            self.durable.offer(key, item, value, cost_s=cost, size=size, opcode=opcode or getattr(item, "opcode", ""))
         return hand_out(value)
 
     def traced(self, key: str, item, compute: Callable[[], Any], *, signature: Callable[[], Any] = None):
@@ -241,7 +260,7 @@ class HostTier:
         expected = self._costs.get(signature) if signature is not None else None
         if expected is None or expected[1] is None or \
                 expected[0] >= self.worth_caching_s(expected[1], computed + 1):
-            value = self.get_or_compute(key, compute, item=item, min_cost_s=None, signature=signature)
+            value = self.get_or_compute(key, compute, item=item, min_cost_s=None, signature=signature, durable=True)
             with self._cond:
                 entry = self._entries.get(key)
                 return value, entry.item if entry is not None and entry.state is not State.COMPUTING else None
@@ -424,25 +443,35 @@ class HostTier:
         counts["spill_failed"] = self.disk.failed_writes if self.disk else 0
         counts["bytes_held_disk"] = self.disk.bytes_held if self.disk else 0
         counts["disk_budget_bytes"] = self.disk.max_bytes if self.disk else 0
+        if self.durable is not None:
+            counts.update(self.durable.stats())
+        else:
+            counts.update(dict.fromkeys(durable_tier.COUNTERS, 0), bytes_held_durable=0, durable_budget_bytes=0)
         return counts
 
     def entries(self) -> list:
-        """One dict per entry: key, tier, state, opcode, hits, misses, cost_ms, size_bytes, score."""
+        """One dict per entry: key, tier, state, opcode, hits, misses, cost_ms, size_bytes, score; and one
+        per durable file (tier ``durable``, with its path and age_s)."""
         with self._cond:
-            return [e.row("disk" if e.state is State.SPILLED else "host") for e in self._entries.values()]
+            rows = [e.row("disk" if e.state is State.SPILLED else "host") for e in self._entries.values()]
+        return rows + (self.durable.entries() if self.durable is not None else [])
 
-    def clear(self):
-        """Drops every entry that is not being computed and the disk files; counters go on counting,
-        as the Spark tier's do."""
+    def clear(self, *, durable: bool = False):
+        """Drops every entry that is not being computed and the disk files, and with ``durable=True``
+        the durable tier's files too; counters go on counting, as the Spark tier's do."""
         with self._cond:
             for entry in [e for e in self._entries.values() if e.state is not State.COMPUTING]:
                 self._drop(entry, "cleared")
             self._history.clear()
             if self.disk:
                 self.disk.clear()
+        if durable and self.durable is not None:
+            self.durable.clear()
 
     def close(self):
-        """Clears the tier and removes its disk directory."""
+        """Clears the tier and removes its disk directory; the durable tier's queued writes finish, its files stay."""
         self.clear()
         if self.disk:
             self.disk.close()
+        if self.durable is not None:
+            self.durable.close()

@@ -104,9 +104,10 @@ class Runtime:
         gpu = self.gpu
         return self.host().entries() + (gpu.entries() if gpu is not None else [])
 
-    def clear(self):
-        """Drops every entry of the host, disk and GPU tiers; the counters keep counting."""
-        self.host().clear()
+    def clear(self, *, durable: bool = False):
+        """Drops every entry of the host, disk and GPU tiers, and with ``durable=True`` the durable
+        tier's files; the counters keep counting."""
+        self.host().clear(durable=durable)
         if self.gpu is not None:
             self.gpu.clear()
 

@@ -55,11 +55,24 @@ class LineageItem:
     @property
     def digest(self) -> bytes:
         if self._digest is None:  # two threads may both compute it: same bytes, no harm
-            h = hashlib.blake2b(_head(self.opcode, self.literals), digest_size=16)
-            for i in self.inputs:
-                h.update(i.digest)
-            self._digest = h.digest()
+            self._digest = hashlib.blake2b(self.identity(), digest_size=16).digest()
         return self._digest
+
+    def identity(self) -> bytes:
+        """The bytes the hash is taken of: opcode and literals (their repr, which no process's hash
+        seed or addresses enter), then the inputs' hashes. The durable tier keeps them beside a
+        value and compares them on a hit, as ``==`` compares items within a process. A ``cut``
+        leaf stands for a trace it no longer holds: it has none (None).
+
+        Examples
+        --------
+        >>> item = LineageItem("neg", inputs=(LineageItem("leaf"),))
+        >>> hashlib.blake2b(item.identity(), digest_size=16).digest() == item.digest
+        True
+        """
+        if self.opcode == "cut":
+            return None
+        return _head(self.opcode, self.literals) + b"".join([i.digest for i in self.inputs])
 
     @property
     def pending(self) -> bool:
@@ -389,6 +402,18 @@ def code_digest(code) -> str:
         h.update(code.co_code)
         h.update(repr(code.co_names).encode())
         for const in code.co_consts:
-            h.update(code_digest(const).encode() if hasattr(const, "co_code") else repr(const).encode())
+            h.update(_constant_form(const).encode())
         known = _code_digests[code] = h.hexdigest()
     return known
+
+
+def _constant_form(const) -> str:
+    """A code constant as text that is the same in every process: a frozenset (``x in {"a", "b"}``)
+    prints in an order that the process's string-hash seed decides, so its elements are sorted."""
+    if hasattr(const, "co_code"):
+        return code_digest(const)
+    if isinstance(const, frozenset):
+        return "frozenset(" + repr(sorted(_constant_form(c) for c in const)) + ")"
+    if isinstance(const, tuple):
+        return "(" + ", ".join(_constant_form(c) for c in const) + ",)"
+    return repr(const)

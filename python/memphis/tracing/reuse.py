@@ -84,7 +84,7 @@ def reuse(function=None, *, version=None):
             log.debug("refused reuse of %s: an argument depends on unseeded randomness", qualified)
             return function(*args, **kwargs)
         value = tier.get_or_compute(item.key, lambda: _storable(function(*args, **kwargs)), item=item,
-                                    opcode="call:" + qualified)
+                                    opcode="call:" + qualified, durable=True)
         return _traced(value, item.cut()) if _has_traced(bound.arguments.values()) else value
 
     return cached
