@@ -159,7 +159,7 @@ class Mode:
 
     def __init__(self, name, device_kind, capacity, budget_bytes=None):
         self.name = name
-        memphis.local.configure(disk_max_bytes=0)
+        memphis.local.configure(disk_max_bytes=0, durable_max_bytes=0)  # every run from empty caches
         memphis.gpu.configure(device="none")
         self.device = make_device(device_kind, capacity)
         traced = name.startswith("memphis")

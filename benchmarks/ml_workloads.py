@@ -496,7 +496,8 @@ def main(argv=None) -> int:
     scales = [float(s) for s in args.scale.split(",")]
     if args.quick:
         scales, args.repeats = [QUICK_SCALE], 1
-    tier = memphis.local.configure(host_max_bytes=args.host_budget)
+    # Each run starts from empty caches: the durable tier (benchmarks/durable_driver.py measures it) is off.
+    tier = memphis.local.configure(host_max_bytes=args.host_budget, durable_max_bytes=0)
     disk_bytes = count_disk_bytes(tier)
     command, systemds = None, "skipped: --no-systemds"
     if not args.no_systemds:

@@ -90,7 +90,7 @@ class Backend:
 
     def __init__(self, kind: str):
         self.kind = kind
-        memphis.local.configure(disk_max_bytes=0)
+        memphis.local.configure(disk_max_bytes=0, durable_max_bytes=0)  # a miss computes, never reads a file
         self.device = self.tier = self.pool = None
         if kind != "numpy":
             from gpu_tier import PlainPool, make_device
