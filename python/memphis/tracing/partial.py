@@ -9,6 +9,11 @@
   ``A`` (compared value by value) is ``[A @ C | A @ B[:, w:]]``, assembled from blocks; where
   ``B`` equals ``C``'s first columns it is ``(A @ C)[:, :k]``, a column selection of it
   (prefix_product). So a sweep over K reuses the projection of every smaller or larger K.
+- Through a held Gram matrix: ``Z = A @ B`` (A n×d, n ≫ d) is left unmade while ``AᵀA`` is held
+  (unmade_product); its uses go through A: ``ZᵀZ = Bᵀ(AᵀA)B``, ``Zᵀy = Bᵀ(Aᵀy)`` with ``Aᵀy``
+  cached for every B (product_crossproduct), ``Z @ w = A @ (Bw)`` (associative_product), each
+  taken when it costs fewer multiply-adds than the direct product (making Z included). So a PCA
+  sweep over K reads A once per K (for ``Z @ w``) instead of once per product.
 
 The rewrites take traced arrays (array.py) as they come, by their ``lineage``, shape and value,
 and never make a deferred array (a gather, a concatenation) they can answer from its parts.
