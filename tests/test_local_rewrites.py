@@ -164,6 +164,9 @@ def test_a_projection_is_made_where_going_through_the_gram_is_not_cheaper(local_
     tX = memphis.array(X)
     tX.T @ tX
     assert not (tX @ np.ones((COLUMNS, 2))).deferred  # too small to be worth leaving unmade
+    single = memphis.array(X.astype(np.float32))
+    single.T @ single
+    assert not (single @ np.ones((COLUMNS, 10))).deferred  # in float64: its float32 Gram would lose precision
     Z = tX @ np.ones((COLUMNS, 10))
     assert Z.deferred
     np.asarray(Z)  # made: now Zᵀy is cheaper directly (nk) than through Xᵀy (nd + dk), which is not held

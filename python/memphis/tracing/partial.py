@@ -395,6 +395,8 @@ def unmade_product(item: LineageItem, left, right):
     if getattr(right, "ndim", None) != 2 or left.ndim != 2 or left.shape[1] != right.shape[0] \
             or getattr(right, "deferred", False):
         return None
+    if np.result_type(left.dtype, right.dtype) != left.dtype:
+        return None  # B of a wider dtype: the product is computed in it, AᵀA was in A's narrower one
     (n, d), k = left.shape, right.shape[1]
     if n * d * k < PREFIX_MIN_WORK or d * d * k + d * k * k >= n * k * k:
         return None
