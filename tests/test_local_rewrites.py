@@ -129,6 +129,9 @@ def test_a_projection_of_data_whose_gram_is_held_is_answered_through_it(local_ti
         assert Z.deferred  # answered from XᵀX, Xᵀy and X: the projection was never made
         assert np.array_equal((Z.T @ Z).numpy(), (Z.T @ Z).numpy().T)  # symmetric, as numpy's
     assert ml.stats()["partial_hits"] == 4 + 3  # every Gram matrix from XᵀX; Zᵀy from Xᵀy after the first K
+    C = layout(V[:, 60:75])
+    np.testing.assert_allclose((Z.T @ (tX @ C)).numpy(), direct.T @ (X @ C), rtol=rtol, atol=atol * 60)
+    assert ml.stats()["partial_hits"] == 4 + 3 + 1  # (XB)ᵀ(XC) = Bᵀ(XᵀX)C
     np.testing.assert_allclose(np.asarray(Z), direct, rtol=rtol, atol=atol)  # read: made, and equal
     assert not Z.deferred
     np.testing.assert_allclose((Z.T @ memphis.array(y[::-1].copy())).numpy(), direct.T @ y[::-1],

@@ -420,7 +420,9 @@ def product_crossproduct(item: LineageItem, product, right):
     inner = gram_of(a.lineage) if c is not None else product_item(transpose_item(a.lineage), item.inputs[1])
     (n, d), k = a.shape, b.shape[1]
     m = right.shape[1] if right.ndim == 2 else 1
-    direct = n * k * m + (n * d * k if product.deferred else 0) + (n * d * m if c is not None and right.deferred else 0)
+    direct = n * k * m + (n * d * k if product.deferred else 0)  # making the product first, while unmade
+    if c is not None and right is not product and right.deferred:
+        direct += n * d * m  # and the other one
     inner_width = d if c is not None else m
     reused = held(inner)
     through = (0 if reused else n * d * inner_width) + k * d * inner_width + (k * d * m if c is not None else 0)
