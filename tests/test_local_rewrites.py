@@ -110,6 +110,85 @@ def test_a_sweep_from_the_widest_k_cuts_every_smaller_one(local_tier, data, monk
     assert ml.stats()["partial_hits"] == 2 + 2 * 2
 
 
+@pytest.mark.parametrize("name,layout,rtol", LAYOUTS, ids=[name for name, _, _ in LAYOUTS])
+def test_a_projection_of_data_whose_gram_is_held_is_answered_through_it(local_tier, data, name, layout, rtol):
+    X, y = layout(data[0]), data[1].astype(layout(data[0]).dtype)
+    tX, ty = memphis.array(X), memphis.array(y)
+    atol = rtol * ROWS
+    tX.T @ tX  # held: every use of a projection below goes through it
+    V = np.random.default_rng(7).standard_normal((COLUMNS, 2 * COLUMNS))
+    for K in (10, 20, 40, 60):  # 60 > COLUMNS: wider than the data, still cheaper through XᵀX
+        B = layout(V[:, :K])
+        Z = tX @ B
+        direct = X @ B
+        w, W = np.linspace(-1, 1, K).astype(X.dtype), np.ones((K, 3), X.dtype)
+        np.testing.assert_allclose((Z.T @ Z).numpy(), direct.T @ direct, rtol=rtol, atol=atol * K)
+        np.testing.assert_allclose((Z.T @ ty).numpy(), direct.T @ y, rtol=rtol, atol=atol)
+        np.testing.assert_allclose((Z @ w).numpy(), direct @ w, rtol=rtol, atol=atol)
+        np.testing.assert_allclose((Z @ W).numpy(), direct @ W, rtol=rtol, atol=atol)
+        assert Z.deferred  # answered from XᵀX, Xᵀy and X: the projection was never made
+        assert np.array_equal((Z.T @ Z).numpy(), (Z.T @ Z).numpy().T)  # symmetric, as numpy's
+    assert ml.stats()["partial_hits"] == 4 + 3  # every Gram matrix from XᵀX; Zᵀy from Xᵀy after the first K
+    C = layout(V[:, 60:75])
+    np.testing.assert_allclose((Z.T @ (tX @ C)).numpy(), direct.T @ (X @ C), rtol=rtol, atol=atol * 60)
+    assert ml.stats()["partial_hits"] == 4 + 3 + 1  # (XB)ᵀ(XC) = Bᵀ(XᵀX)C
+    np.testing.assert_allclose(np.asarray(Z), direct, rtol=rtol, atol=atol)  # read: made, and equal
+    assert not Z.deferred
+    np.testing.assert_allclose((Z.T @ memphis.array(y[::-1].copy())).numpy(), direct.T @ y[::-1],
+                               rtol=rtol, atol=atol)
+
+
+def test_a_sweep_through_a_held_gram_reads_the_data_once_per_k(local_tier, data, monkeypatch):
+    computed = count_products(monkeypatch)
+    X, y = data
+    tX, ty = memphis.array(X), memphis.array(y)
+    gram, Xty = tX.T @ tX, tX.T @ ty
+    V = np.random.default_rng(8).standard_normal((COLUMNS, COLUMNS))
+    for K in (10, 20, 30, 40):
+        Z = tX @ V[:, :K]
+        w = np.linalg.solve(Z.T @ Z + np.eye(K), Z.T @ ty)
+        Z @ w
+        assert Z.deferred
+    # XᵀX, Xᵀy, and per K only X @ (Bw): no projection, no n-row Gram matrix, no n-row Zᵀy.
+    assert computed[:2] == [gram.lineage.key, Xty.lineage.key] and len(computed) == 2 + 4
+    assert ml.stats()["partial_hits"] == 4 * 2
+
+
+def test_a_projection_is_made_where_going_through_the_gram_is_not_cheaper(local_tier, data):
+    rng = np.random.default_rng(9)
+    square = rng.standard_normal((300, 200))  # not much taller than wide: d²k + dk² > nk²
+    t = memphis.array(square)
+    t.T @ t
+    Z = t @ rng.standard_normal((200, 100))
+    assert not Z.deferred
+    (Z.T @ Z).numpy()
+    assert ml.stats()["partial_hits"] == 0
+    X, y = data
+    tX = memphis.array(X)
+    tX.T @ tX
+    assert not (tX @ np.ones((COLUMNS, 2))).deferred  # too small to be worth leaving unmade
+    single = memphis.array(X.astype(np.float32))
+    single.T @ single
+    assert not (single @ np.ones((COLUMNS, 10))).deferred  # in float64: its float32 Gram would lose precision
+    Z = tX @ np.ones((COLUMNS, 10))
+    assert Z.deferred
+    np.asarray(Z)  # made: now Zᵀy is cheaper directly (nk) than through Xᵀy (nd + dk), which is not held
+    (Z.T @ memphis.array(y)).numpy()
+    assert ml.stats()["partial_hits"] == 0
+
+
+def test_a_plain_right_operand_changed_in_place_after_an_unmade_product_is_never_seen(local_tier, data):
+    X, _ = data
+    tX = memphis.array(X)
+    tX.T @ tX
+    B = np.random.default_rng(10).standard_normal((COLUMNS, 20))
+    Z = tX @ B
+    expected = X @ B
+    B += 1.0
+    assert Z.deferred
+    np.testing.assert_allclose(np.asarray(Z), expected, rtol=1e-10)
+
+
 def test_a_plain_right_operand_changed_in_place_is_never_mistaken(local_tier, data):
     X, _ = data
     tX = memphis.array(X)

@@ -106,13 +106,17 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             if rewritten is not None:
                 value, held = rewritten
                 return wrap(value, item.cut() if held else item)
-            blockwise = partial.blockwise_product(*inputs)
-            if blockwise is not None:
-                compute = blockwise
+            unmade = partial.blockwise_product(*inputs) or partial.associative_product(*inputs)
+            if unmade is not None:
+                compute = unmade
             else:
-                prefix = partial.prefix_product(item, *inputs)
-                if prefix is not None:
-                    return _assembled(item, prefix, *inputs)
+                left, right = inputs
+                kept = partial.unmade_product(item, left, right)
+                if kept is None:
+                    return _product(item, compute, left, right)
+                return DeferredArray(lambda: np.asarray(_product(item, lambda: left._value @ kept, left, kept)),
+                                     bounded(item), shape=(left.shape[0], kept.shape[1]),
+                                     dtype=np.result_type(left.dtype, kept.dtype), factors=(left, kept))
         return run(item, compute, device=device, shapes_of=inputs)
 
     def __array_function__(self, function, types, args, kwargs):
@@ -208,22 +212,23 @@ for _name in ("all any sum mean std var min max prod argmin argmax cumsum cumpro
 
 class DeferredArray(TracedArray):
     """A traced host array made when its value is first read: a column gather ``X[:, columns]``, a
-    concatenation, a product assembled from blocks (partial.py), or the transpose of one of these.
+    concatenation, a product assembled from blocks or left unmade (partial.py), or the transpose
+    of one of these.
 
     The rewrites in partial.py answer the common uses (``Aᵀ A``, ``Aᵀ y``, ``A @ w``) from the
-    cached products of its source or parts, so the copy it stands for is often never made.
+    cached products of its source, parts or factors, so the copy it stands for is often never made.
     ``parts``: the arrays it concatenates along ``axis`` (None otherwise); ``source``: for a
-    transpose, the deferred array it transposes.
+    transpose, the deferred array it transposes; ``factors``: (A, B) of a product ``A @ B``.
     """
 
-    __slots__ = ("_make", "_shape", "_dtype", "parts", "axis", "source")
+    __slots__ = ("_make", "_shape", "_dtype", "parts", "axis", "source", "factors")
     deferred = True
 
-    def __init__(self, make, lineage: LineageItem, *, shape, dtype, parts=None, axis=None, source=None):
+    def __init__(self, make, lineage: LineageItem, *, shape, dtype, parts=None, axis=None, source=None, factors=None):
         _VALUE.__set__(self, None)
         self.lineage = lineage
         self._make, self._shape, self._dtype = make, tuple(shape), np.dtype(dtype)
-        self.parts, self.axis, self.source = parts, axis, source
+        self.parts, self.axis, self.source, self.factors = parts, axis, source, factors
 
     @property
     def deferred(self) -> bool:
@@ -271,6 +276,14 @@ def _deferred(function, item, args, kwargs, compute):
     shape = first[:axis] + (sum(p.shape[axis] for p in parts),) + first[axis + 1:]
     return DeferredArray(compute, bounded(concatenation), shape=shape,
                          dtype=np.result_type(*[p.dtype for p in parts]), parts=tuple(parts), axis=axis)
+
+
+def _product(item: LineageItem, compute, left, right) -> TracedArray:
+    """``left @ right``: from earlier products over a column prefix (partial.prefix_product), else computed."""
+    prefix = partial.prefix_product(item, left, right)
+    if prefix is not None:
+        return _assembled(item, prefix, left, right)
+    return run(item, compute, shapes_of=(left, right))
 
 
 def _assembled(item: LineageItem, prefix, left, right) -> TracedArray:

@@ -9,6 +9,11 @@
   ``A`` (compared value by value) is ``[A @ C | A @ B[:, w:]]``, assembled from blocks; where
   ``B`` equals ``C``'s first columns it is ``(A @ C)[:, :k]``, a column selection of it
   (prefix_product). So a sweep over K reuses the projection of every smaller or larger K.
+- Through a held Gram matrix: ``Z = A @ B`` (A n×d, n ≫ d) is left unmade while ``AᵀA`` is held
+  (unmade_product); its uses go through A: ``ZᵀZ = Bᵀ(AᵀA)B``, ``Zᵀy = Bᵀ(Aᵀy)`` with ``Aᵀy``
+  cached for every B (product_crossproduct), ``Z @ w = A @ (Bw)`` (associative_product), each
+  taken when it costs fewer multiply-adds than the direct product (making Z included). So a PCA
+  sweep over K reads A once per K (for ``Z @ w``) instead of once per product.
 
 The rewrites take traced arrays (array.py) as they come, by their ``lineage``, shape and value,
 and never make a deferred array (a gather, a concatenation) they can answer from its parts.
@@ -222,6 +227,9 @@ def crossproduct(item: LineageItem, left_t, right):
     if selected is not None:
         return selected
     source = getattr(left_t, "source", None)  # L of a deferred Lᵀ: its parts, not its value
+    through_factors = product_crossproduct(item, source, right) if getattr(source, "factors", None) else None
+    if through_factors is not None:
+        return through_factors
     left = source if source is not None else np.asarray(left_t).T
     rows = sections(left_item, 0), sections(right_item, 0)
     gram = left_item == right_item
@@ -368,3 +376,82 @@ def _remember_product(left_key: str, product: _Product):
             _prefix_bytes -= forgotten.right.nbytes
             if not _products[oldest]:
                 del _products[oldest]
+
+
+def gram_of(item: LineageItem) -> LineageItem:
+    """The item of ``AᵀA`` for ``A`` of ``item``."""
+    return product_item(transpose_item(item), item)
+
+
+def unmade_product(item: LineageItem, left, right):
+    """The right operand to keep for ``left @ right`` when the product is better left unmade (a
+    copy of a plain writeable one, so that a change in place never reaches it), else None.
+
+    Left unmade when ``AᵀA`` of the left operand A (n×d) is held and its Gram matrix is cheaper
+    through it (``Bᵀ(AᵀA)B``, d²k + dk² multiply-adds, against nk²: A much taller than wide), for
+    products of at least PREFIX_MIN_WORK multiply-adds. The uses of a projection (its Gram matrix,
+    ``Zᵀy``, ``Z @ w``) are then answered through A (product_crossproduct, associative_product).
+    """
+    if getattr(right, "ndim", None) != 2 or left.ndim != 2 or left.shape[1] != right.shape[0] \
+            or getattr(right, "deferred", False):
+        return None
+    if np.result_type(left.dtype, right.dtype) != left.dtype:
+        return None  # B of a wider dtype: the product is computed in it, AᵀA was in A's narrower one
+    (n, d), k = left.shape, right.shape[1]
+    if n * d * k < PREFIX_MIN_WORK or d * d * k + d * k * k >= n * k * k:
+        return None
+    if default.host().state_of(item.key) is not None or not held(gram_of(left.lineage)):
+        return None  # a full hit (or a computation under way) is better than any rewrite
+    b = np.asarray(right)
+    return b if numpy_backend.immutable(b) else b.copy()
+
+
+def product_crossproduct(item: LineageItem, product, right):
+    """``(AB)ᵀ R`` as ``Bᵀ(AᵀR)``, and ``(AB)ᵀ(AC)`` as ``Bᵀ(AᵀA)C``: (value, held), or None.
+
+    ``product`` is a deferred ``A @ B`` (see unmade_product; made since, or not). The inner
+    product ``AᵀR`` (or ``AᵀA``) is an ordinary traced product, cached, so every B of a sweep over
+    K shares it; taken when cheaper than the direct product (making ``AB`` first if it is unmade).
+    Counted as a partial hit when the inner product came from the cache.
+    """
+    a, b = product.factors
+    right_factors = getattr(right, "factors", None)
+    c = right_factors[1] if right_factors is not None and right_factors[0].lineage == a.lineage else None
+    inner = gram_of(a.lineage) if c is not None else product_item(transpose_item(a.lineage), item.inputs[1])
+    (n, d), k = a.shape, b.shape[1]
+    m = right.shape[1] if right.ndim == 2 else 1
+    direct = n * k * m + (n * d * k if product.deferred else 0)  # making the product first, while unmade
+    if c is not None and right is not product and right.deferred:
+        direct += n * d * m  # and the other one
+    inner_width = d if c is not None else m
+    reused = held(inner)
+    through = (0 if reused else n * d * inner_width) + k * d * inner_width + (k * d * m if c is not None else 0)
+    if through >= direct:
+        return None
+    start = time.perf_counter()
+    other = a if c is not None else right
+    inner_value, _ = cached(inner, lambda: np.asarray(a).T @ np.asarray(other))
+    value = np.asarray(b).T @ inner_value
+    if c is not None:
+        value = value @ np.asarray(c)
+        if right.lineage == product.lineage:  # a Gram matrix: symmetric, as the direct product (syrk) makes it
+            value = np.triu(value) + np.triu(value, 1).T
+    if reused:
+        default.host().count("partial_hits")
+        log.debug("partial hit %s: through the cached product %s", item.key, inner.key)
+    value = default.host().get_or_compute(item.key, lambda: value, item=item, cost_hint=time.perf_counter() - start)
+    return value, held(item)
+
+
+def associative_product(left, right):
+    """How to compute ``(AB) @ W`` as ``A @ (BW)`` for an unmade product ``left = A @ B`` (see
+    unmade_product) when that is cheaper than making it, or None."""
+    factors = getattr(left, "factors", None)
+    if factors is None or not left.deferred or getattr(right, "ndim", None) not in (1, 2):
+        return None
+    a, b = factors
+    (n, d), k = a.shape, b.shape[1]
+    m = right.shape[1] if right.ndim == 2 else 1
+    if d * k * m + n * d * m >= n * d * k + n * k * m:
+        return None
+    return lambda: np.asarray(a) @ (b @ np.asarray(right))
