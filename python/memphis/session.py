@@ -184,7 +184,8 @@ def stats(spark) -> dict:
     and bytes_held_results; for the durable tier's Spark results (``spark.memphis.durable.dir``) durable_hits,
     durable_writes, durable_bytes_written, durable_not_admitted (not worth writing), durable_write_failures,
     durable_refused (an entry not trusted: corrupt, another user's, another format), durable_invalidated (its
-    sources changed: removed), durable_evicted (over ``durable.maxBytes``) and durable_cleaned (leftovers deleted).
+    sources changed: removed), durable_evicted (over ``durable.maxBytes``) and durable_cleaned (leftovers deleted); the level
+    durable_writes_pending counts the writes queued or running in the background.
     Per place, held and budget: bytes_held_storage and storage_budget_bytes (executors' storage),
     bytes_held_driver_heap, driver_heap_budget_bytes and join_broadcast_budget_bytes (with
     driver_heap_used_bytes and driver_heap_max_bytes as the JVM measures them),
@@ -213,7 +214,7 @@ def stats(spark) -> dict:
 
 
 # Stats that are levels, not event counts: reported as read after, not as a difference.
-LEVELS = {"bytes_held", "storage_budget_bytes", "bytes_held_join_broadcasts"}
+LEVELS = {"bytes_held", "storage_budget_bytes", "bytes_held_join_broadcasts", "durable_writes_pending"}
 
 
 def difference(before: dict, after: dict) -> dict:

@@ -86,7 +86,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** What `memphis_stats()` shows: the counters, then, per place, what is held and the budget. */
   def statsRows(conf: SQLConf): Seq[(String, Long)] = {
     val account = budgets(conf)
-    stats.snapshot ++ Seq("bytes_held" -> heldBytes, "bytes_held_join_broadcasts" -> broadcasts.heldBytes) ++
+    stats.snapshot ++ Seq("bytes_held" -> heldBytes, "bytes_held_join_broadcasts" -> broadcasts.heldBytes,
+      "durable_writes_pending" -> durable.pendingWrites.toLong) ++
       account.rows ++ Seq("driver_heap_used_bytes" -> HeapPressure.usedBytes, "driver_heap_max_bytes" -> HeapPressure.maxBytes)
   }
 

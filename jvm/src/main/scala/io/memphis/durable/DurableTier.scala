@@ -1,6 +1,7 @@
 package io.memphis.durable
 
 import java.util.concurrent.{ExecutorService, Executors, ThreadFactory}
+import java.util.concurrent.atomic.AtomicInteger
 
 import scala.collection.mutable
 import scala.util.control.NonFatal
@@ -64,6 +65,11 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
     }
   })
 
+  /** Writes queued or running: a level `memphis_stats()` shows, so that a caller can wait for them. */
+  private val pending = new AtomicInteger
+
+  def pendingWrites: Int = pending.get
+
   /** The session memphis last planned a query of (writes run in it); set by the read rule. */
   @volatile var session: Option[SparkSession] = None
 
@@ -85,6 +91,7 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
     case Left(why) => stats.record(Counter.DurableNotAdmitted, s"${e.key.hash} not written to the durable tier: $why")
     case Right(why) =>
       val job = WriteJob(e.key, e.owner, relation.plan, e.costMs)
+      pending.incrementAndGet()
       worker.execute(new Runnable {
         override def run(): Unit = try {
           writer.write(s, folder, job, why)
@@ -93,7 +100,7 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
           case NonFatal(t) =>
             CacheStats.log.warn(s"memphis: durable write of ${job.key.hash} failed: $t")
             stats.record(Counter.DurableWriteFailures, s"durable write of ${job.key.hash} failed: $t")
-        }
+        } finally pending.decrementAndGet()
       })
   }
 
