@@ -38,7 +38,7 @@ private[durable] final class DurableEviction(files: DurableFiles, stats: CacheSt
     val entry = folder.getPath
     val inside = files.list(entry)
     def named(prefix: String) = inside.filter(_.getPath.getName.startsWith(prefix))
-    def manifest(s: FileStatus) = files.read(s.getPath, DurableTier.MaxManifestBytes).flatMap(Manifest.parse(_).toOption)
+    def manifest(s: FileStatus) = files.manifest(s.getPath).flatMap(_.toOption)
     val live = inside.find(_.getPath.getName == DurableLayout.ManifestName).flatMap(manifest)
     val (recent, expired) = named(DurableLayout.RemovedPrefix).partition(s => now - DurableEviction.removedAt(s) < GraceMs)
     expired.foreach(s => files.delete(s.getPath))

@@ -61,6 +61,11 @@ final class DurableFiles(hadoopConf: Configuration, shared: Boolean) {
     Some(new String(bytes, StandardCharsets.UTF_8))
   } catch { case _: FileNotFoundException => None }
 
+  /** The manifest at `p`: None when there is none, Left(why) when it cannot be read (a checksum error too) or parsed. */
+  def manifest(p: Path): Option[Either[String, Manifest]] =
+    try read(p, DurableTier.MaxManifestBytes).map(Manifest.parse)
+    catch { case NonFatal(e) => Some(Left(s"its manifest cannot be read ($e)")) }
+
   /**
    * Whether this process's user owns `p`, where the filesystem says who owns a file reliably and
    * cheaply: the local one. Elsewhere (HDFS, object stores) the filesystem's own permissions and the

@@ -53,7 +53,7 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   private val writer = new DurableWriter(files, admission, stats)
 
   // Invariant: `offered` (owner folder / key hash of each entry already offered for writing, so that
-  // each is asked once) changes only under this object's lock. Writes and eviction passes run on
+  // each is asked once, until a lookup removes its entry) changes only under this object's lock. Writes and eviction passes run on
   // `worker`, one at a time: this process never runs two at once. Other processes may: see
   // [[DurableEviction]] and [[DurableWriter]] for why that is safe.
   private val offered = mutable.Set.empty[String]
@@ -122,9 +122,13 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   def lookup(user: String, key: LineageKey, output: Seq[Attribute]): Option[(Path, Manifest)] = folderOf(user).flatMap { folder =>
     val entry = new Path(folder, key.shapeHash)
     val manifestPath = new Path(entry, DurableLayout.ManifestName)
-    def remove(): Boolean = files.removeEntry(entry, System.currentTimeMillis())
-    try files.read(manifestPath, DurableTier.MaxManifestBytes).flatMap { text =>
-      val verdict = Manifest.parse(text) match {
+    def remove(): Boolean = {
+      val removed = files.removeEntry(entry, System.currentTimeMillis())
+      if (removed) synchronized(offered -= s"$folder/${key.hash}") // written again when materialized again
+      removed
+    }
+    try files.manifest(manifestPath).flatMap { manifest =>
+      val verdict = manifest match {
         case Left(why) => Refused(why, remove = shared || files.ownedByThisUser(manifestPath))
         case Right(m) =>
           val seen = for {
@@ -139,8 +143,8 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
           if (remove()) stats.record(Counter.DurableInvalidated, s"durable entry of ${key.hash}'s plan removed: $why")
           None
         case Refused(why, removing) =>
-          stats.record(Counter.DurableRefused, s"durable entry in $entry not read: $why" +
-            (if (removing && remove()) "; removed" else ""))
+          val removed = removing && remove() // not inside the message: it is built only when logged
+          stats.record(Counter.DurableRefused, s"durable entry in $entry not read: $why${if (removed) "; removed" else ""}")
           None
       }
     } catch {
@@ -154,9 +158,8 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   def entries(user: String): Seq[(Path, Manifest)] = folderOf(user).toSeq.flatMap { folder =>
     shapes(user).toSeq.sorted.flatMap { shape =>
       val entry = new Path(folder, shape)
-      try files.read(new Path(entry, DurableLayout.ManifestName), DurableTier.MaxManifestBytes)
-        .flatMap(Manifest.parse(_).toOption).filter(m => shared || m.owner == user).map(entry -> _)
-      catch { case NonFatal(_) => None }
+      files.manifest(new Path(entry, DurableLayout.ManifestName)).flatMap(_.toOption)
+        .filter(m => shared || m.owner == user).map(entry -> _)
     }
   }
 

@@ -29,7 +29,7 @@ private[durable] final class DurableWriter(files: DurableFiles, admission: Durab
   def write(session: SparkSession, folder: Path, job: WriteJob, why: String): Unit = {
     val entry = new Path(folder, job.key.shapeHash)
     val manifestPath = new Path(entry, DurableLayout.ManifestName)
-    val existing = files.read(manifestPath, DurableTier.MaxManifestBytes).flatMap(Manifest.parse(_).toOption)
+    val existing = files.manifest(manifestPath).flatMap(_.toOption)
     if (existing.exists(m => m.key == job.key.hash && m.owner == job.owner)) {
       CacheStats.log.debug(s"memphis: ${job.key.hash} is in the durable tier already (written by ${job.owner} at ${existing.get.writtenMs})")
     } else {
