@@ -20,8 +20,6 @@ trait LocalSessions extends BeforeAndAfterEach { this: Suite =>
       .config("spark.driver.host", "127.0.0.1")
       .config("spark.sql.shuffle.partitions", "4")
       .config("spark.sql.extensions", Extension)
-      // The durable tier carries results from one session to the next, which would change what the suites count.
-      .config(MemphisConf.DurableDir.key, "none")
     confs.foldLeft(builder) { case (b, (k, v)) => b.config(k, v) }.getOrCreate()
   }
 
