@@ -1,6 +1,6 @@
 package io.memphis.durable
 
-import java.util.concurrent.{ExecutorService, Executors, ThreadFactory}
+import java.util.concurrent.{LinkedBlockingQueue, ThreadFactory, ThreadPoolExecutor, TimeUnit}
 import java.util.concurrent.atomic.AtomicInteger
 
 import scala.collection.mutable
@@ -57,13 +57,18 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   // `worker`, one at a time: this process never runs two at once. Other processes may: see
   // [[DurableEviction]] and [[DurableWriter]] for why that is safe.
   private val offered = mutable.Set.empty[String]
-  private lazy val worker: ExecutorService = Executors.newSingleThreadExecutor(new ThreadFactory {
-    override def newThread(r: Runnable): Thread = {
-      val t = new Thread(r, "memphis-durable-writer")
-      t.setDaemon(true)
-      t
-    }
-  })
+  // One thread, gone after a minute idle: a context stopped and another started leaves no thread behind.
+  private lazy val worker: ThreadPoolExecutor = {
+    val pool = new ThreadPoolExecutor(1, 1, 60, TimeUnit.SECONDS, new LinkedBlockingQueue[Runnable], new ThreadFactory {
+      override def newThread(r: Runnable): Thread = {
+        val t = new Thread(r, "memphis-durable-writer")
+        t.setDaemon(true)
+        t
+      }
+    })
+    pool.allowCoreThreadTimeOut(true)
+    pool
+  }
 
   /** Writes queued or running: a level `memphis_stats()` shows, so that a caller can wait for them. */
   private val pending = new AtomicInteger
