@@ -278,3 +278,9 @@ def test_a_wrong_durable_setting_stops_the_session_with_key_value_and_what_is_al
         memphis.session("local[1]", **TEST_CONFS, **{key: value})
     message = str(refused.value)
     assert f"{key}={value}" in message and "expected" in message
+
+
+def test_the_test_sessions_run_with_the_durable_tier_off(spark):
+    # conftest.py (the repository's) turns it off in every JVM the tests start, so that no test reads
+    # what another test, or an earlier run, wrote; the tests above set it for their own processes.
+    assert spark.sparkContext.getConf().get("spark.memphis.durable.dir") == "none"
