@@ -340,6 +340,8 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
         "spark.ui.showConsoleProgress": "false",  # its bars would interleave with the progress lines
         "spark.driver.host": "127.0.0.1",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        # The re-run pass measures reuse within this process, not what an earlier run left on disk.
+        "spark.memphis.durable.dir": "none",
         **(confs or {}),
     })
     spark.sparkContext.setLogLevel("ERROR")

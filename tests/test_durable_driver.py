@@ -363,9 +363,14 @@ def test_the_durable_tier_is_off_in_tests_and_where_asked(tmp_path, monkeypatch)
     finally:
         memphis.local.configure()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert config.durable_root("") == str(tmp_path / "cache" / "memphis" / "durable")
+    assert config.durable_root("auto") == str(tmp_path / "cache" / "memphis" / "durable")
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # ignored, as the XDG spec says
-    assert config.durable_root("") == os.path.join(os.path.expanduser("~"), ".cache", "memphis", "durable")
+    assert config.durable_root(" AUTO ") == os.path.join(os.path.expanduser("~"), ".cache", "memphis", "durable")
+    # Off, as on the JVM; a local path or file: URI is the folder; another filesystem holds Spark results only.
+    assert config.durable_root("none") is config.durable_root("") is None
+    assert config.durable_root(f"file://{tmp_path}") == str(tmp_path)
+    assert config.durable_root("s3a://bucket/memphis") is None
+    assert memphis.local.configure(durable_dir="none").durable is None
     with pytest.raises(ValueError, match="durable_max_bytes='lots'"):
         memphis.local.configure(durable_max_bytes="lots")
 

@@ -22,9 +22,8 @@ def test_the_jars_conf_table_is_what_the_jvm_declares(spark):
                         "static": e.static()}
     assert jar_facts.conf_table() == jvm
     # Every key the driver tiers read is declared there, with the default they use.
-    # The durable keys once the jar declares them (config.PYTHON_DEFAULTS stands in until then).
     for key in (config.HOST_MAX_BYTES, config.DISK_DIR, config.DISK_MAX_BYTES, config.GPU_MEMORY_FRACTION,
-                config.BROADCAST_MAX_BYTES, *(k for k in config.PYTHON_DEFAULTS if k in jvm)):
+                config.BROADCAST_MAX_BYTES, config.DURABLE_DIR, config.DURABLE_MAX_BYTES):
         assert config.default(key) == jvm[key]["default"]
 
 

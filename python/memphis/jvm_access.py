@@ -34,8 +34,11 @@ class Py4jAccess:
     def stats(self) -> dict:
         return json.loads(self._facade.statsJson(self._spark._jsparkSession))
 
-    def clear(self) -> None:
-        self._facade.clear(self._spark._jsparkSession)
+    def clear(self, durable: bool = False) -> None:
+        if durable:
+            self._facade.clearDurable(self._spark._jsparkSession)
+        else:
+            self._facade.clear(self._spark._jsparkSession)
 
     def lineage_key(self, df):
         return self._facade.lineageKey(df._jdf)
@@ -66,8 +69,8 @@ class SqlAccess:
     def stats(self) -> dict:
         return {row["name"]: row["value"] for row in self._rows("SELECT name, value FROM memphis_stats()")}
 
-    def clear(self) -> None:
-        self._rows("SELECT * FROM memphis_clear()")
+    def clear(self, durable: bool = False) -> None:
+        self._rows(f"SELECT * FROM {'memphis_clear_durable' if durable else 'memphis_clear'}()")
 
     def lineage_key(self, df):
         return self._rows("SELECT key FROM memphis_lineage_key(TABLE({df}))", df=df)[0]["key"]

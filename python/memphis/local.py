@@ -32,9 +32,9 @@ def configure(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, durabl
     Unset values come from the active Spark session's ``spark.memphis.host.maxBytes`` (default
     ``0``: a quarter of the driver's physical RAM), ``spark.memphis.disk.dir`` (default empty:
     ``memphis-<user>`` under the system temp dir), ``spark.memphis.disk.maxBytes`` (default
-    ``10g``; ``0`` turns spilling off), ``spark.memphis.durable.dir`` (default empty:
-    ``memphis/durable`` under ``$XDG_CACHE_HOME`` or ``~/.cache``; this tier's files go to its
-    ``<user>/driver`` folder) and ``spark.memphis.durable.maxBytes`` (default ``10g``; ``0`` turns
+    ``10g``; ``0`` turns spilling off), ``spark.memphis.durable.dir`` (default ``auto``:
+    ``memphis/durable`` under ``$XDG_CACHE_HOME`` or ``~/.cache``; ``none`` or empty: off; this
+    tier's files go to its ``<user>/driver`` folder) and ``spark.memphis.durable.maxBytes`` (default ``10g``; ``0`` turns
     the durable tier off, as ``MEMPHIS_DURABLE=off`` in the environment does when neither durable
     argument is given). ``min_cost_s``: traced results that took less are not
     cached, nor kept durably; by default the host tier's measured probe+store time, and for the

@@ -181,7 +181,11 @@ def stats(spark) -> dict:
     checkpoints_released, checkpoint_files_deleted and persisted_speculatively; for join broadcasts read across queries
     broadcasts_seen, broadcasts_registered, broadcasts_reused, broadcasts_released and bytes_held_join_broadcasts;
     for collected results read by later queries results_kept, results_reused, results_released, results_refused
-    and bytes_held_results.
+    and bytes_held_results; for the durable tier's Spark results (``spark.memphis.durable.dir``) durable_hits,
+    durable_writes, durable_bytes_written, durable_not_admitted (not worth writing), durable_write_failures,
+    durable_refused (an entry not trusted: corrupt, another user's, another format), durable_invalidated (its
+    sources changed: removed), durable_evicted (over ``durable.maxBytes``) and durable_cleaned (leftovers deleted); the level
+    durable_writes_pending counts the writes queued or running in the background.
     Per place, held and budget: bytes_held_storage and storage_budget_bytes (executors' storage),
     bytes_held_driver_heap, driver_heap_budget_bytes and join_broadcast_budget_bytes (with
     driver_heap_used_bytes and driver_heap_max_bytes as the JVM measures them),
@@ -213,7 +217,7 @@ def stats(spark) -> dict:
 
 
 # Stats that are levels, not event counts: reported as read after, not as a difference.
-LEVELS = {"bytes_held", "storage_budget_bytes", "bytes_held_join_broadcasts"}
+LEVELS = {"bytes_held", "storage_budget_bytes", "bytes_held_join_broadcasts", "durable_writes_pending"}
 
 
 def difference(before: dict, after: dict) -> dict:
@@ -230,13 +234,14 @@ def difference(before: dict, after: dict) -> dict:
 def entries(spark):
     """One row per memphis cache entry of every tier, as a pandas DataFrame.
 
-    Columns: tier (spark, host or disk), key, state (Spark: seen, to-persist, materialized,
-    evicted, invalid; driver: computing, cached, spilled), occurrences, hits, misses, consumers
-    (distinct queries that used it), readers (running queries that read it), size_bytes,
-    partitions_stored, partitions, cost_ms, score, height, last_access_ms, retained_shuffles, reason, owner
-    (Spark entries: the user whose query produced it), and opcode (driver entries: the operation that
-    made it). A column that does not apply to a tier is empty.
-    ``SELECT * FROM memphis_cache()`` shows the Spark rows.
+    Columns: tier (spark, durable, host or disk), key, state (Spark: seen, to-persist, materialized,
+    evicted, invalid; the durable tier's Spark results: durable; driver: computing, cached, spilled),
+    occurrences, hits, misses, consumers (distinct queries that used it), readers (running queries that
+    read it), size_bytes, partitions_stored, partitions, cost_ms, score, height, last_access_ms,
+    retained_shuffles, reason, owner (Spark entries: the user whose query produced it), path and age_ms
+    (durable entries: their folder, the time since they were written), and opcode (driver entries: the
+    operation that made it). A column that does not apply to a tier is empty.
+    ``SELECT * FROM memphis_cache()`` shows the Spark and durable rows.
 
     Examples
     --------
@@ -245,13 +250,15 @@ def entries(spark):
     import pandas as pd
 
     spark_rows = spark.sql("SELECT * FROM memphis_cache()").toPandas()
-    spark_rows.insert(0, "tier", "spark")
+    spark_rows.insert(0, "tier", spark_rows.pop("tier"))
     return pd.concat([spark_rows, driver.entries()], ignore_index=True)
 
 
 def clear(spark, *, durable: bool = False) -> None:
     """Unpersists everything memphis holds in Spark storage, forgets its entries, clears the
-    driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`;
-    ``durable=True`` also removes the driver's durable files of this user."""
-    jvm_access.of(spark).clear()
+    driver tiers (host and disk) and destroys the broadcasts of :func:`memphis.broadcast`; with
+    ``durable=True`` also deletes this user's results in the durable tier
+    (``spark.memphis.durable.dir``: Spark results and the driver's files), which otherwise outlive
+    the application."""
+    jvm_access.of(spark).clear(durable=durable)
     driver.clear(durable=durable)

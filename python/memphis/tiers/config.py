@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import tempfile
+import urllib.parse
 
 from memphis import jar_facts
 from memphis.tiers.disk import DiskTier
@@ -24,8 +25,6 @@ BROADCAST_MAX_BYTES = "spark.memphis.broadcast.maxBytes"
 DURABLE_DIR = "spark.memphis.durable.dir"
 DURABLE_MAX_BYTES = "spark.memphis.durable.maxBytes"
 SHARE_ACROSS_USERS = "spark.memphis.shareAcrossUsers"
-# Defaults of keys that jars built before the durable tier do not declare yet; the jar's win once it does.
-PYTHON_DEFAULTS = {DURABLE_DIR: "", DURABLE_MAX_BYTES: "10g"}
 # MEMPHIS_DURABLE=off in the environment turns the driver's durable tier off unless configure() names
 # a durable setting: for test suites and sandboxes, whose processes must not share results.
 DURABLE_SWITCH = "MEMPHIS_DURABLE"
@@ -73,14 +72,23 @@ def disk_root(value) -> str:
     return path.strip() or os.path.join(tempfile.gettempdir(), f"memphis-{getpass.getuser()}")
 
 
-def durable_root(value) -> str:
-    """The directory that a durable.dir value means: empty is ``memphis/durable`` under the user's
-    cache directory (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+def durable_root(value):
+    """The directory that a durable.dir value means for the driver's tier, None for off: ``auto``
+    (the default) is ``memphis/durable`` under the user's cache directory (``$XDG_CACHE_HOME``,
+    else ``~/.cache``), for any master: the driver's files are its own machine's; ``none`` or empty
+    is off; a ``file:`` URI is its path. Another filesystem's URI (``s3a://``, ``hdfs://``) holds the
+    Spark results only: the driver's tier writes local files, and is off then."""
     path = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(path, str):
-        raise TypeError("expected a directory path (a string); empty for memphis/durable in the user's cache directory")
-    if path.strip():
-        return path.strip()
+        raise TypeError("expected auto, none, or a directory path (a string)")
+    path = path.strip()
+    if path.lower() in ("", "none"):
+        return None
+    if path.lower() != "auto":
+        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]+):", path)
+        if scheme is None:
+            return path
+        return urllib.parse.urlparse(path).path if scheme.group(1).lower() == "file" else None
     cache = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(cache):  # the XDG spec: a relative value is ignored
         cache = os.path.join(os.path.expanduser("~"), ".cache")
@@ -130,10 +138,7 @@ def checked(name: str, value, parse):
 
 
 def default(name) -> str:
-    """The default of the ``spark.memphis.*`` key ``name``, as the JVM declares it (or, for a key
-    the installed jars predate, as :data:`PYTHON_DEFAULTS` does)."""
-    if name in PYTHON_DEFAULTS and name not in jar_facts.conf_table():
-        return PYTHON_DEFAULTS[name]
+    """The default of the ``spark.memphis.*`` key ``name``, as the JVM declares it."""
     return jar_facts.default(name)
 
 
@@ -165,7 +170,8 @@ def durable_tier(*, durable_dir=None, durable_max_bytes=None, min_cost_s: float 
     root = resolved(DURABLE_DIR, "durable_dir", durable_dir, durable_root)
     shared = checked(SHARE_ACROSS_USERS, setting(SHARE_ACROSS_USERS, None), boolean)
     # An unusable directory shows on the first write: counted in durable_write_failed, warned once.
-    return DurableTier(root=root, max_bytes=max_bytes, shared=shared, min_cost_s=min_cost_s) if max_bytes else None
+    return DurableTier(root=root, max_bytes=max_bytes, shared=shared, min_cost_s=min_cost_s) \
+        if max_bytes and root else None
 
 
 def host_tier(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, durable_dir=None, durable_max_bytes=None,

@@ -61,5 +61,14 @@ object CacheStats {
     val ResultsReused = Value("results_reused")
     val ResultsReleased = Value("results_released")
     val ResultsRefused = Value("results_refused")
+    val DurableHits = Value("durable_hits")
+    val DurableWrites = Value("durable_writes")
+    val DurableBytesWritten = Value("durable_bytes_written")
+    val DurableNotAdmitted = Value("durable_not_admitted")
+    val DurableWriteFailures = Value("durable_write_failures")
+    val DurableRefused = Value("durable_refused")
+    val DurableInvalidated = Value("durable_invalidated")
+    val DurableEvicted = Value("durable_evicted")
+    val DurableCleaned = Value("durable_cleaned")
   }
 }

@@ -47,8 +47,11 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** Rows queries collected to the driver that later queries read instead of computing their subplan again. */
   val collected = new io.memphis.collected.CollectedResults(stats)
 
+  /** Results of subplans kept beyond the application, under `spark.memphis.durable.dir`. */
+  val durable = new io.memphis.durable.DurableTier(sparkContext, stats, shareAcrossUsers)
+
   private val eviction = new Eviction(table, spark, stats, storageBudgetBytes, () => checkpoints.storageBytes)
-  private val storage = new StorageTracking(sparkContext, table, spark, eviction, stats)
+  private val storage = new StorageTracking(sparkContext, table, spark, eviction, stats, durable.materialized)
   private val slower = new SlowerQueries(eviction, stats)
   private val actions = new ReuseActions(table, spark, stats, budgets(_).storageShare, () => currentExecution)
 
@@ -63,6 +66,10 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /** Where memphis holds data, what it holds there and what it may hold: one account per place. */
   def budgets(conf: SQLConf): MemoryAccounts = new MemoryAccounts(this, conf)
+
+  /** Whether memphis holds `user`'s entry of `key` in Spark storage (to-persist or materialized). */
+  def holds(key: LineageKey, user: String): Boolean = table.locked(table.get(scoped(key.hash, user))
+    .exists(e => EntryState.Holding.contains(e.state) && e.key.sameLineage(key)))
 
   /** Bytes of Spark storage memphis may fill (see [[MemoryAccounts]]). */
   def storageBudgetBytes(conf: SQLConf): Long = budgets(conf).storageBudget
@@ -79,7 +86,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
   /** What `memphis_stats()` shows: the counters, then, per place, what is held and the budget. */
   def statsRows(conf: SQLConf): Seq[(String, Long)] = {
     val account = budgets(conf)
-    stats.snapshot ++ Seq("bytes_held" -> heldBytes, "bytes_held_join_broadcasts" -> broadcasts.heldBytes) ++
+    stats.snapshot ++ Seq("bytes_held" -> heldBytes, "bytes_held_join_broadcasts" -> broadcasts.heldBytes,
+      "durable_writes_pending" -> durable.pendingWrites.toLong) ++
       account.rows ++ Seq("driver_heap_used_bytes" -> HeapPressure.usedBytes, "driver_heap_max_bytes" -> HeapPressure.maxBytes)
   }
 
@@ -255,6 +263,12 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * Connect server, where users share this cache, lets go of what the calling user's hold.
    */
   def clearFor(session: SparkSession): Unit = connectUser(session).fold(clear(session))(u => releaseOf(u, s"cleared by $u"))
+
+  /** [[clearFor]], then deletes the durable tier's Spark entries of `session`'s user. */
+  def clearDurableFor(session: SparkSession): Unit = {
+    clearFor(session)
+    durable.clear(ConnectSessions.userOfQuery(session))
+  }
 
   /** memphis turned off in `session`: lets go of what it holds (on a Connect server, what the session's user's hold). */
   def releaseFor(session: SparkSession, why: String): Unit = connectUser(session).fold(releaseAll(session, why))(releaseOf(_, why))

@@ -97,6 +97,22 @@ object MemphisConf {
       "choice of columns) that memphis keeps on the driver heap, so that later queries holding that " +
       "subplan read the rows instead of computing it again; within the driver heap's budget.")(parseBytes)
 
+  // Static: one folder for the context's life, so that its writes and reads agree; a session must not
+  // be able to point memphis at a folder of another user's entries.
+  val DurableDir: Entry[String] = Entry(
+    Prefix + "durable.dir", "auto",
+    "auto, none (or empty: off), or a directory path or Hadoop URI that memphis can create and write",
+    "Where memphis keeps results that outlive the application (the durable tier), one subfolder per user: " +
+      "auto is $XDG_CACHE_HOME/memphis/durable (else ~/.cache/memphis/durable) for a local master and off " +
+      "for any other; none or empty turns it off. Fixed when the SparkContext starts.", static = true)(
+    v => Some(v.trim).filter(d => d.isEmpty || Seq("auto", "none").contains(d.toLowerCase(Locale.ROOT)) ||
+      Try(new org.apache.hadoop.fs.Path(d)).isSuccess))
+
+  val DurableMaxBytes: Entry[Long] = Entry(
+    Prefix + "durable.maxBytes", "10g", "a byte size such as 0, 512m or 10g (0: nothing more is written)",
+    "Bytes of Spark results the durable tier may keep for this user; beyond it the entries of least " +
+      "compute time per byte are removed. Fixed when the SparkContext starts.", static = true)(parseBytes)
+
   // The driver-side tiers (Python) read the keys below; they are declared here so that the session
   // validates them with the rest.
   val HostMaxBytes: Entry[Long] = Entry(
@@ -150,7 +166,7 @@ object MemphisConf {
 
   val All: Seq[Entry[_]] = Seq(Enabled, ShareAcrossUsers, StorageFraction, StorageMaxBytes, MinOccurrences,
     RetainedShuffles, PersistAhead, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir,
-    LoopSpeculative, CollectedMaxBytes, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DriverHeapFraction, DriverPressureThreshold,
+    LoopSpeculative, CollectedMaxBytes, DurableDir, DurableMaxBytes, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DriverHeapFraction, DriverPressureThreshold,
     LocalDiskFraction, DiskDir, DiskMaxBytes, GpuMemoryFraction)
   private val byKey: Map[String, Entry[_]] = All.map(e => e.key -> e).toMap[String, Entry[_]]
 
@@ -189,12 +205,19 @@ object MemphisConf {
     }
   }
 
-  /** The problem with `checkpoint.dir` in the SparkConf, if any: a directory memphis cannot make or write. */
-  def directoryProblems(sc: org.apache.spark.SparkContext): Seq[String] =
-    sc.getConf.getOption(CheckpointDir.key).flatMap(CheckpointDir.parse).filter(_.nonEmpty).toSeq.flatMap { dir =>
-      checkpoint.CheckpointFiles.unusable(dir, sc.hadoopConfiguration)
-        .map(why => s"${CheckpointDir.key}=$dir is not allowed: $why; expected ${CheckpointDir.allowed}")
+  /**
+   * The problems with `checkpoint.dir` and `durable.dir` in the SparkConf, if any: a directory memphis
+   * cannot make or write. (The durable tier's default folder is not checked here: when it cannot be
+   * used, the tier is off, with a warning.)
+   */
+  def directoryProblems(sc: org.apache.spark.SparkContext): Seq[String] = {
+    val checkpoints = sc.getConf.getOption(CheckpointDir.key).flatMap(CheckpointDir.parse).filter(_.nonEmpty)
+    val durableRoot = sc.getConf.getOption(DurableDir.key).flatMap(io.memphis.durable.DurableLayout.explicitRoot)
+    Seq(CheckpointDir -> checkpoints, DurableDir -> durableRoot).flatMap { case (entry, dir) =>
+      dir.toSeq.flatMap(d => checkpoint.CheckpointFiles.unusable(d, sc.hadoopConfiguration)
+        .map(why => s"${entry.key}=$d is not allowed: $why; expected ${entry.allowed}"))
     }
+  }
 
   private def parseBoolean(v: String): Option[Boolean] = v.trim.toLowerCase(Locale.ROOT) match {
     case "true" => Some(true)

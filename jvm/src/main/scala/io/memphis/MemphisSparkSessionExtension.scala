@@ -1,7 +1,9 @@
 package io.memphis
 
 import io.memphis.checkpoint.CheckpointRule
-import io.memphis.collected.{CollectedResultRule, CollectedResultStrategy, KeepResultRule, KeepResultStrategy}
+import io.memphis.collected.{CollectedResultRule, KeepResultRule, KeepResultStrategy}
+import io.memphis.durable.DurableReadRule
+import io.memphis.lineage.ServedSubplanStrategy
 import io.memphis.reuse.{BroadcastReuseRule, RemoveOwnerMarks, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.execution.ColumnarRule
@@ -20,13 +22,15 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     MemphisConf.register()
     SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
     MemphisTableFunctions.all.foreach(extensions.injectTableFunction)
-    // Normalization rules run in this order: collected results served first, then the checkpoint cut,
-    // so that reuse decides on the plan they left; the mark that keeps this query's collected rows last.
+    // Normalization rules run in this order: collected results served first, then durable results, then
+    // the checkpoint cut, so that reuse decides on the plan they left; the mark that keeps this query's
+    // collected rows last.
     extensions.injectPlanNormalizationRule(session => new CollectedResultRule(session))
+    extensions.injectPlanNormalizationRule(session => new DurableReadRule(session))
     extensions.injectPlanNormalizationRule(session => new CheckpointRule(session))
     extensions.injectPlanNormalizationRule(session => new ReuseRule(session))
     extensions.injectPlanNormalizationRule(_ => new KeepResultRule)
-    extensions.injectPlannerStrategy(_ => CollectedResultStrategy)
+    extensions.injectPlannerStrategy(_ => ServedSubplanStrategy)
     extensions.injectPlannerStrategy(_ => KeepResultStrategy)
     extensions.injectOptimizerRule(_ => RemoveOwnerMarks)
     // The shuffle a first occurrence keeps, and its reuse when the second occurrence is persisted.

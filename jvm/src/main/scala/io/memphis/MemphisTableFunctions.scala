@@ -16,7 +16,7 @@ import org.apache.spark.unsafe.types.UTF8String
  * answers from plain SQL and over Spark Connect, whose clients have no py4j gateway: reading
  * (`memphis_stats()`, `memphis_cache()`), keying a DataFrame passed as a `TABLE(...)` argument
  * (`memphis_lineage_key`, `memphis_subplans`; `spark.sql("… TABLE({df}) …", df=df)` from PySpark),
- * and acting (`memphis_persist_shared`, `memphis_clear`).
+ * and acting (`memphis_persist_shared`, `memphis_clear`, `memphis_clear_durable`).
  *
  * Each runs when its query is analyzed (its rows are built then), so an action runs once per
  * analysis: the acting ones are idempotent, as a Connect client analyzes `spark.sql` once on the
@@ -50,14 +50,22 @@ object MemphisTableFunctions {
       "misses" -> LongType, "consumers" -> IntegerType, "readers" -> IntegerType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
       "partitions" -> IntegerType, "cost_ms" -> LongType, "score" -> DoubleType, "height" -> IntegerType,
       "last_access_ms" -> LongType, "retained_shuffles" -> IntegerType, "estimated_bytes" -> LongType,
-      "reason" -> StringType, "owner" -> StringType),
+      "reason" -> StringType, "owner" -> StringType, "tier" -> StringType, "path" -> StringType, "age_ms" -> LongType),
     call => {
       val policy = MemphisConf.EvictionPolicyName.get(SQLConf.get)
-      call.cache.entryRowsFor(call.session, e => InternalRow(utf8(e.key.hash),
+      val spark = call.cache.entryRowsFor(call.session, e => InternalRow(utf8(e.key.hash),
         utf8(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.relation.fold(0)(_.stored.size),
         e.relation.fold(0)(_.partitions), e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess, e.firstShuffles.size,
-        e.estimatedBytes.fold(-1L)(b => if (b.isValidLong) b.toLong else Long.MaxValue), utf8(e.reason), utf8(e.owner)))
-    })
+        e.estimatedBytes.fold(-1L)(b => if (b.isValidLong) b.toLong else Long.MaxValue), utf8(e.reason), utf8(e.owner), utf8("spark"), null, null))
+      val now = System.currentTimeMillis()
+      // The durable tier's entries of the calling user (all of them when shared), as their manifests say.
+      val durable = call.cache.durable.entries(ConnectSessions.userOfQuery(call.session)).map { case (folder, m) =>
+        InternalRow(utf8(m.key), utf8("durable"), 0, 0L, 0L, 0, 0, m.bytes, m.files.size, m.files.size, m.costMs,
+          EvictionPolicy.valuePerByte(m.costMs, 0L, m.bytes), m.height, m.writtenMs, 0, -1L,
+          utf8(s"written with ${m.rows} rows"), utf8(m.owner), utf8("durable"), utf8(folder.toString), now - m.writtenMs)
+      }
+      spark ++ durable
+    }, nullable = Set("path", "age_ms"))
 
   val lineageKey: Description = tableFunction("memphis_lineage_key", 1, "(TABLE(t))",
     "Returns the lineage key of t's result (null when it has none) and its explanation: its canonical form and sources, or why it has none.",
@@ -79,15 +87,22 @@ object MemphisTableFunctions {
     Seq("held" -> BooleanType),
     call => Seq(InternalRow(PythonFacade.persistShared(call.session, call.table(0), call.string(1), call.string(2)))))
 
-  val clear: Description = tableFunction("memphis_clear", 0, "()",
+  val clear: Description = clearing("memphis_clear",
     "Lets go of what memphis holds (over Spark Connect, what the calling user's entries hold); returns the bytes held after.",
-    Seq("bytes_held" -> LongType),
-    call => {
-      call.cache.clearFor(call.session)
+    _.clearFor(_))
+
+  val clearDurable: Description = clearing("memphis_clear_durable",
+    "Does what memphis_clear() does, then deletes the calling user's Spark entries of the durable tier; returns the bytes held after.",
+    _.clearDurableFor(_))
+
+  /** A table function that clears with `act` and returns the bytes memphis holds after. */
+  private def clearing(name: String, usage: String, act: (LineageCache, SparkSession) => Unit): Description =
+    tableFunction(name, 0, "()", usage, Seq("bytes_held" -> LongType), call => {
+      act(call.cache, call.session)
       Seq(InternalRow(call.cache.heldBytes))
     })
 
-  val all: Seq[Description] = Seq(stats, entries, lineageKey, subplans, persistShared, clear)
+  val all: Seq[Description] = Seq(stats, entries, lineageKey, subplans, persistShared, clear, clearDurable)
 
   private def utf8(s: String): UTF8String = UTF8String.fromString(s)
 

@@ -32,6 +32,9 @@ object PythonFacade {
   /** Unpersists everything memphis holds and forgets its entries. */
   def clear(session: SparkSession): Unit = LineageCache.forContext(session.sparkContext).clearFor(session)
 
+  /** [[clear]], then deletes the user's Spark entries of the durable tier. */
+  def clearDurable(session: SparkSession): Unit = LineageCache.forContext(session.sparkContext).clearDurableFor(session)
+
   /** The lineage key of a DataFrame's result as hex, or null when it has none. */
   def lineageKey(df: Dataset[_]): String = keyOf(df.sparkSession, SparkShimImpl.analyzedPlan(df)).toOption.map(_.hash).orNull
 

@@ -15,8 +15,10 @@ import org.apache.spark.sql.memphis.SparkRuntime
  * ([[io.memphis.reuse.StorageListener]]): "materialized" is confirmed, not assumed; partitions lost
  * to Spark's own LRU or a lost executor are noticed; which running jobs read an entry (it is not
  * evicted under them); relations unpersisted outside memphis. Every method runs under the table's lock.
+ * `materialized` is told of each entry that becomes materialized (the durable tier writes it).
  */
-final class StorageTracking(sc: SparkContext, table: EntryTable, spark: SparkCache, eviction: Eviction, stats: CacheStats) {
+final class StorageTracking(sc: SparkContext, table: EntryTable, spark: SparkCache, eviction: Eviction, stats: CacheStats,
+    materialized: CacheEntry => Unit) {
   /**
    * The plans of entries whose RDD was unpersisted outside memphis, newest last. Spark may hold a new
    * relation for such a plan: its CacheManager re-caches the plans over a path a writer refreshes
@@ -42,6 +44,7 @@ final class StorageTracking(sc: SparkContext, table: EntryTable, spark: SparkCac
         e.costMs = System.currentTimeMillis() - r.persistedAt
         e.moveTo(EntryState.Materialized, s"all ${r.partitions} partitions stored; computed in ${e.costMs} ms")
         stats.record(Counter.Materialized, s"materialized ${e.key.hash}: ${e.reason}")
+        materialized(e)
         eviction.enforceBudget()
       } else if (e.state == EntryState.Materialized && !r.stored.contains(partition)) {
         partitionsLost(e, s"partition $partition lost")

@@ -38,6 +38,16 @@ final case class LineageKey(hash: String, local: String, children: Seq[LineageKe
   /** Whether the key of hash `other` is this one or one of its descendants'. */
   def contains(other: String): Boolean = hash == other || children.exists(_.contains(other))
 
+  /**
+   * The hash of this plan over these sources whatever their state: the canonical forms, with each
+   * source by its identity (paths, table id) instead of its fingerprint; a source that cannot change
+   * (local rows, a pinned version) has no identity and counts by its digest. Two keys of one shape
+   * and different hashes are the same plan over a source that changed: the durable tier names its
+   * entries by shape, so that a changed source finds, and removes, the entry of its former state.
+   */
+  lazy val shapeHash: String = Canonical.sha((Seq(LineageKey.FormatVersion, local, height.toString) ++
+    sources.map(s => s.identity.getOrElse(s.digest)) ++ children.map(_.shapeHash)).map(p => s"${p.length}:$p").mkString)
+
   /** Looks at every source again; false when any changed since the key was made. */
   def sourcesUnchanged: Boolean = allSources.forall(s => Unavailable.unless(s.recheck()).digest == s.digest)
 
@@ -76,7 +86,7 @@ object LineageKey {
   /** A key, or why there is none. */
   type Result = Either[String, LineageKey]
 
-  private val FormatVersion = "memphis-lineage-v1"
+  private[lineage] val FormatVersion = "memphis-lineage-v1"
 
   def of(plan: LogicalPlan, context: KeyContext): Result = new Builder(context).result(plan)
 

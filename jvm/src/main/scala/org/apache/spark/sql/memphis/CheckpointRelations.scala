@@ -4,7 +4,7 @@ import scala.reflect.ClassTag
 
 import org.apache.spark.rdd.{CheckpointRDD, RDD, RDDCheckpointData, ReliableCheckpointRDD}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, KnownNotNull}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.execution.LogicalRDD
 
@@ -50,8 +50,10 @@ object CheckpointRelations {
   }
 
   /**
-   * A fresh instance of a checkpoint's relation whose output carries the expression ids of `output`
-   * (the subplan it stands for), so that the operators above it stay resolved.
+   * A fresh instance of a relation that holds a subplan's result (a checkpoint's, a durable entry's
+   * files) whose output carries the expression ids of `output` (the subplan's), so that the operators
+   * above it stay resolved; a column the relation reads as nullable (file sources read every column
+   * so) but the subplan knows to be non-null stays non-null.
    */
   def rebind(relation: LogicalPlan, output: Seq[Attribute]): LogicalPlan = {
     val fresh = relation match {
@@ -59,7 +61,8 @@ object CheckpointRelations {
       case other => other
     }
     Project(output.zip(fresh.output).map { case (want, have) =>
-      Alias(have, want.name)(exprId = want.exprId, qualifier = want.qualifier)
+      Alias(if (have.nullable && !want.nullable) KnownNotNull(have) else have, want.name)(
+        exprId = want.exprId, qualifier = want.qualifier)
     }, fresh)
   }
 

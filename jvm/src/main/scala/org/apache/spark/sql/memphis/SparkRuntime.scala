@@ -90,6 +90,22 @@ object SparkRuntime {
   def awaitListeners(sc: SparkContext, timeoutMs: Long): Unit =
     try sc.listenerBus.waitUntilEmpty(timeoutMs) catch { case _: java.util.concurrent.TimeoutException => }
 
+  /**
+   * Runs `f` on this thread as a job of memphis's own in `session`'s context: in job group `group`
+   * (Spark's UI shows `description`), with none of the local properties this thread inherited from
+   * the thread that started it (a user's job group, a SQL execution id), and `session` active.
+   */
+  def inBackgroundJob[T](session: SparkSession, group: String, description: String)(f: => T): T = {
+    val sc = session.sparkContext
+    sc.localProperties.set(new Properties)
+    sc.setJobGroup(group, description, interruptOnCancel = false)
+    SparkSession.setActiveSession(session)
+    try f finally {
+      sc.localProperties.remove()
+      SparkSession.clearActiveSession()
+    }
+  }
+
   /** Whether Spark's own exchange reuse is on (`spark.sql.exchange.reuse`): memphis's follows it. */
   def exchangeReuseEnabled(conf: SQLConf): Boolean = conf.exchangeReuseEnabled
 }

@@ -1,7 +1,7 @@
 package org.apache.spark.sql.memphis
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.spark.sql.{Dataset, SparkSession}
+import org.apache.spark.sql.{DataFrame, Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.execution.{CacheManager, CachedData}
@@ -30,6 +30,9 @@ trait SparkShims {
 
   /** The analyzed plan of a DataFrame. */
   def analyzedPlan(df: Dataset[_]): LogicalPlan
+
+  /** A DataFrame of `plan` (analyzed) in `session`. */
+  def dataFrame(session: SparkSession, plan: LogicalPlan): DataFrame
 
   /** `plan` (analyzed) as the session's optimizer plans it on its own. */
   def optimize(session: SparkSession, plan: LogicalPlan): LogicalPlan

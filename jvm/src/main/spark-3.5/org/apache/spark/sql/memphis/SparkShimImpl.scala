@@ -1,7 +1,7 @@
 package org.apache.spark.sql.memphis
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.spark.sql.{Dataset, SparkSession}
+import org.apache.spark.sql.{DataFrame, Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.connector.catalog.Table
@@ -25,6 +25,8 @@ object SparkShimImpl extends SparkShims {
   def cloneSession(session: SparkSession): SparkSession = session.cloneSession()
 
   def analyzedPlan(df: Dataset[_]): LogicalPlan = df.queryExecution.analyzed
+
+  def dataFrame(session: SparkSession, plan: LogicalPlan): DataFrame = Dataset.ofRows(session, plan)
 
   def optimize(session: SparkSession, plan: LogicalPlan): LogicalPlan = session.sessionState.optimizer.execute(plan)
 

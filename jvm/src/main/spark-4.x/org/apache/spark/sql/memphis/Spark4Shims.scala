@@ -1,7 +1,7 @@
 package org.apache.spark.sql.memphis
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.spark.sql.{Dataset, SparkSession}
+import org.apache.spark.sql.{DataFrame, Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.classic
@@ -25,6 +25,8 @@ trait Spark4Shims extends SparkShims {
   def cloneSession(session: SparkSession): SparkSession = classicSession(session).cloneSession()
 
   def analyzedPlan(df: Dataset[_]): LogicalPlan = df.asInstanceOf[classic.Dataset[_]].queryExecution.analyzed
+
+  def dataFrame(session: SparkSession, plan: LogicalPlan): DataFrame = classic.Dataset.ofRows(classicSession(session), plan)
 
   def optimize(session: SparkSession, plan: LogicalPlan): LogicalPlan =
     classicSession(session).sessionState.optimizer.execute(plan)

@@ -1,0 +1,9 @@
+"""What every test of this repository shares, those of integration/ too."""
+import os
+
+# The durable tier (spark.memphis.durable.dir, on by default for a local master) carries results from one
+# process to the next, which would change what the tests count and make one test run depend on the one
+# before. It is off in every JVM the tests start, through spark-submit (a JVM system property, which
+# SparkConf reads; a session's own setting still overrides it, as tests/test_durable_spark.py does).
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-Dspark.memphis.durable.dir=none"]))
