@@ -97,21 +97,21 @@ def process(mode, confs, tables, scale, expert_dir):
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def confs_of(mode, durable_dir):
+def confs_of(mode, durable_dir, driver_memory="2g"):
     """The session settings of ``mode``: memphis on or off, the durable tier in ``durable_dir`` or off."""
     return {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.host": "127.0.0.1",
-            "spark.driver.memory": "2g", **SESSION_TUNING,
+            "spark.driver.memory": driver_memory, **SESSION_TUNING,
             "spark.memphis.enabled": str(mode in ("memory", "durable")).lower(),
             "spark.memphis.durable.dir": durable_dir if mode == "durable" else "none"}
 
 
-def run_pair(mode, tables, scale, scratch):
+def run_pair(mode, tables, scale, scratch, driver_memory="2g"):
     """A run of ``mode``: the first process, then the rerun, from an empty durable (or expert) folder.
     Returns (the answers, both processes' equal, rounded; the figures)."""
     durable_dir, expert_dir = os.path.join(scratch, "durable"), os.path.join(scratch, "expert")
     for folder in (durable_dir, expert_dir):
         shutil.rmtree(folder, ignore_errors=True)
-    first, rerun = (process(mode, confs_of(mode, durable_dir), tables, scale, expert_dir) for _ in range(2))
+    first, rerun = (process(mode, confs_of(mode, durable_dir, driver_memory), tables, scale, expert_dir) for _ in range(2))
     answers = _rounded(first.pop("answers"))
     if _rounded(rerun.pop("answers")) != answers:
         answers = {"first": answers, "rerun": "different"}  # fails run_checked: the two processes disagree
@@ -129,6 +129,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory (plain Spark needs 4g from scale 5)")
     parser.add_argument("--quick", action="store_true", help="scale 0.05, every mode once (no warm-up)")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args(argv)
@@ -136,12 +137,12 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="memphis-restart-") as scratch:
         tables = os.path.join(scratch, "tables")
         process("prepare", confs_of("plain", "none"), tables, scale, "")
-        samples = run_checked(MODES, lambda mode, i: run_pair(mode, tables, scale, scratch), repeats=args.repeats,
-                              quick=args.quick, desc="restart")
+        samples = run_checked(MODES, lambda mode, i: run_pair(mode, tables, scale, scratch, args.driver_memory),
+                              repeats=args.repeats, quick=args.quick, desc="restart")
         read = input_bytes(tables)
     report = {"benchmark": "restart", "workload": "tpch_session", "scale": scale, "quick": args.quick,
               "runs_per_mode": min(len(s) for s in samples.values()), "answers_equal": True, "input_bytes": read,
-              "modes": {m: {"rerun": seconds_summary(s), "first": seconds_summary([{"seconds": f["first_s"]} for f in s]),
+              "driver_memory": args.driver_memory, "modes": {m: {"rerun": seconds_summary(s), "first": seconds_summary([{"seconds": f["first_s"]} for f in s]),
                             "first_wait": seconds_summary([{"seconds": f["first_wait_s"]} for f in s]),
                             **{k: s[-1][k] for k in ("bytes_written", "first_persisted", "rerun_durable_hits", "rerun_hits")}}
                         for m, s in samples.items()},
@@ -163,7 +164,7 @@ def main(argv=None):
     lines += ["", f"The durable tier wrote {written:,} bytes against {read:,} bytes of input tables "
               f"({written / max(read, 1):.1%}). Answers of both processes equal across all runs; "
               f"{runs_text(args.quick, report['runs_per_mode'])}; each run is two fresh local[2] processes "
-              "(2 GB driver, canChangeCachedPlanOutputPartitioning=true); counters from the last run.",
+              f"({args.driver_memory} driver, canChangeCachedPlanOutputPartitioning=true); counters from the last run.",
               "", provenance_line(report["provenance"])]
     write_results(args.out, "restart", report, lines)
 
