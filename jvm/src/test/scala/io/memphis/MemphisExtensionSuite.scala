@@ -34,7 +34,7 @@ class MemphisExtensionSuite extends AnyFunSuite with LocalSessions {
     val places = Set("bytes_held_storage", "storage_budget_bytes", "bytes_held_driver_heap", "driver_heap_budget_bytes",
       "join_broadcast_budget_bytes", "bytes_held_results", "bytes_held_local_disk", "local_disk_budget_bytes")
     assert(bySql.keySet == CacheStats.Counter.values.map(_.toString).toSet ++ places + "bytes_held" +
-      "bytes_held_join_broadcasts" + "driver_heap_used_bytes" + "driver_heap_max_bytes")
+      "bytes_held_join_broadcasts" + "driver_heap_used_bytes" + "driver_heap_max_bytes" + "durable_writes_pending")
     assert(CacheStats.Counter.values.toSeq.forall(c => bySql(c.toString) == 0L))
     assert(Seq("storage_budget_bytes", "driver_heap_budget_bytes", "local_disk_budget_bytes").forall(bySql(_) > 0L))
     // Measured figures (heap in use, free disk) move between two calls; the counters do not.
