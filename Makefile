@@ -75,6 +75,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/connect_calls.py --serve
 	$(PY) benchmarks/demo_table.py
 	$(PY) benchmarks/restart.py
+	$(PY) benchmarks/restart.py --workload demo
 	for memory in $(TPCH_DRIVER_MEMORY); do \
 		$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory $$memory --warmup \
 			--out $(RESULTS)/tpch_corpus_sf$(TPCH_SF)_$$memory.json || exit 1; done

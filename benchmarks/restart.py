@@ -1,11 +1,16 @@
-"""A notebook restart: the tpch_session workload run in one process, then run again in a fresh one,
-with plain Spark, memphis in memory only, memphis with its durable tier, and an expert who keeps the
-shared aggregates in Parquet by hand.
+"""A notebook restart: a workload run in one process, then run again in a fresh one, with plain
+Spark, memphis in memory only, memphis with its durable tier, and an expert who keeps the shared
+results in files by hand.
 
-    PYTHONPATH=python .venv/bin/python benchmarks/restart.py [--scale S] [--repeats N] [--quick] [--out DIR]
+    PYTHONPATH=python .venv/bin/python benchmarks/restart.py [--workload tpch_session|demo] [--scale S]
+        [--repeats N] [--driver-memory 2g] [--quick] [--out DIR]
 
-The workload is benchmarks/workloads/tpch_session.py: 24 queries over three shared joins and
-aggregates of TPC-H-like tables (Parquet, written once, --scale 1: 600 000 line items). A run of a
+Workloads (--workload): tpch_session (benchmarks/workloads/tpch_session.py: 24 queries over three
+shared joins and aggregates of TPC-H-like tables, Parquet written once, --scale 1: 600 000 line
+items; results in restart.*) and demo (the pipeline of ``memphis demo``, memphis.demo.session:
+exploration queries, then a ridge grid search, cross-validation and an ensemble search on the
+collected features, 400 000 sales rows at --scale 1; its expert keeps exploration's aggregates as
+Parquet and the collected feature matrix as .npy; results in restart_demo.*). A run of a
 mode is a pair of fresh local[2] processes over the same tables, "first" then "rerun" (the restart):
 
 - plain: memphis off in both;
@@ -14,10 +19,10 @@ mode is a pair of fresh local[2] processes over the same tables, "first" then "r
 - durable: memphis on with the durable tier in a folder emptied before the pair: the first process
   writes what it persisted, the rerun reads it;
 - expert: plain Spark as a competent user writes a notebook that will be restarted: the first process
-  writes the three shared aggregates to Parquet (``df.write.parquet``) and answers every query from
-  them, the rerun reads them back (its folder emptied before the pair).
+  writes the shared results (tpch_session: the three shared aggregates, ``df.write.parquet``) and
+  answers from them, the rerun reads them back (its folder emptied before the pair).
 
-Timed in each process: registering the tables and answering the 24 queries (the JVM's start is the
+Timed in each process: registering the tables and answering the workload (the JVM's start is the
 same for every mode and not counted). The durable mode's first process then waits for its
 background writes: reported apart as ``first_wait_s``, the time its end is delayed. Reports the
 medians with 95 % intervals of the rerun's and the first process's seconds, the ratios the targets
@@ -44,6 +49,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 MODES = ("plain", "memory", "durable", "expert")
 REPEATS = 3  # a run is two processes: see the docstring
+WORKLOADS = {"tpch_session": "tpch_session (24 queries)",
+             "demo": "the demo's pipeline (exploration, grid search, cross-validation, ensemble)"}
+DEMO_ROWS = 400_000  # the demo's sales rows at scale 1
 # The ratios the issue's targets are about: (numerator, denominator, which process, target).
 TARGETS = (("durable", "plain", "rerun", "≤ 0.2 (5× faster)"), ("durable", "expert", "rerun", "≤ 1.2"),
            ("memory", "plain", "rerun", ""), ("durable", "memory", "first", "≤ 1.1 (writing costs ≤ 10 %)"),
@@ -61,22 +69,76 @@ from workloads.tpch_exploration import answers, register, write_tables
 
 spark = memphis.session("local[2]", app_name="memphis-restart", **args["confs"])
 spark.sparkContext.setLogLevel("ERROR")
-if args["mode"] == "prepare":
-    write_tables(spark, args["tables"], args["scale"])
+mode, expert_dir = args["mode"], args["expert_dir"]
+
+
+def tpch_session_answers():
+    register(spark, args["tables"])
+    queries = tpch_session.QUERIES
+    if mode == "expert":
+        for n, shared in enumerate(tpch_session.SHARED):
+            path = os.path.join(expert_dir, f"shared_{n}")
+            if not os.path.exists(path):
+                spark.sql(shared).write.parquet(path)
+            spark.read.parquet(path).createOrReplaceTempView(f"shared_{n}")
+            queries = [q.replace(f"({shared})", f"shared_{n}") for q in queries]
+    return answers(spark, queries)
+
+
+def demo_answers():
+    import numpy as np
+    from memphis import demo
+    from memphis.collect import to_arrow
+
+    class ExpertTools:
+        # The feature matrix collected once and kept as .npy by hand; plain numpy on it.
+        array = staticmethod(np.asarray)
+
+        @staticmethod
+        def collect(df):
+            kept = os.path.join(expert_dir, "features.npy")
+            if not os.path.exists(kept):
+                os.makedirs(expert_dir, exist_ok=True)
+                np.save(kept, to_arrow(df).to_pandas().to_numpy(dtype=float))
+            return np.load(kept)
+
+    made = []
+
+    def parquet_kept(df):
+        # Exploration's aggregates (not the raw sales: the first DataFrame it is handed) kept as Parquet by hand.
+        made.append(df)
+        if len(made) == 1:
+            return df
+        kept = os.path.join(expert_dir, f"explore_{len(made)}")
+        if not os.path.exists(kept):
+            df.write.parquet(kept)
+        return spark.read.parquet(kept)
+
+    class NoBar:
+        def set_postfix_str(self, text):
+            pass
+
+        def update(self):
+            pass
+
+    expert = mode == "expert"
+    found, _ = demo.session(spark, os.path.join(args["tables"], "sales"), mode in ("memory", "durable"), NoBar(),
+                            tools=ExpertTools() if expert else None, cache=parquet_kept if expert else (lambda df: df))
+    return [[list(map(list, rows)) for rows in found["exploration"]], found["grid search"].tolist(),
+            found["cross-validation"].tolist(), [found["ensemble"][0], list(found["ensemble"][1])]]
+
+
+if mode == "prepare":
+    if args["workload"] == "demo":
+        from memphis import demo
+        demo.write_sales(spark, int(DEMO_ROWS * args["scale"]), os.path.join(args["tables"], "sales"))
+    else:
+        write_tables(spark, args["tables"], args["scale"])
     print(json.dumps({}))
     sys.exit()
 before = memphis.stats(spark)
 start = time.perf_counter()
-register(spark, args["tables"])
-queries = tpch_session.QUERIES
-if args["mode"] == "expert":
-    for n, shared in enumerate(tpch_session.SHARED):
-        path = os.path.join(args["expert_dir"], f"shared_{n}")
-        if not os.path.exists(path):
-            spark.sql(shared).write.parquet(path)
-        spark.read.parquet(path).createOrReplaceTempView(f"shared_{n}")
-        queries = [q.replace(f"({shared})", f"shared_{n}") for q in queries]
-result = answers(spark, queries)
+result = demo_answers() if args["workload"] == "demo" else tpch_session_answers()
 seconds = time.perf_counter() - start
 while memphis.stats(spark)["durable_writes_pending"]:
     time.sleep(0.05)
@@ -85,12 +147,13 @@ after = memphis.stats(spark)
 moved = {k: after[k] - before[k] for k in ("hits", "persisted", "durable_hits", "durable_writes", "durable_bytes_written",
                                            "durable_not_admitted", "durable_refused")}
 print(json.dumps({"answers": result, "seconds": seconds, "wait_s": wait, **moved}))
-"""
+""".replace("DEMO_ROWS", str(DEMO_ROWS))
 
 
-def process(mode, confs, tables, scale, expert_dir):
-    """One fresh process of ``mode`` (or ``prepare``): what it printed."""
-    args = {"mode": mode, "confs": confs, "tables": tables, "scale": scale, "expert_dir": expert_dir, "benchmarks": HERE}
+def process(mode, confs, tables, scale, expert_dir, workload="tpch_session"):
+    """One fresh process of ``mode`` (or ``prepare``) running ``workload``: what it printed."""
+    args = {"mode": mode, "confs": confs, "tables": tables, "scale": scale, "expert_dir": expert_dir, "benchmarks": HERE,
+            "workload": workload}
     child = subprocess.run([sys.executable, "-c", APP, json.dumps(args)], capture_output=True, text=True)
     if child.returncode != 0:
         raise RuntimeError(f"restart: a {mode} process failed:\n{child.stderr[-3000:]}")
@@ -105,13 +168,14 @@ def confs_of(mode, durable_dir, driver_memory="2g"):
             "spark.memphis.durable.dir": durable_dir if mode == "durable" else "none"}
 
 
-def run_pair(mode, tables, scale, scratch, driver_memory="2g"):
+def run_pair(mode, tables, scale, scratch, driver_memory="2g", workload="tpch_session"):
     """A run of ``mode``: the first process, then the rerun, from an empty durable (or expert) folder.
     Returns (the answers, both processes' equal, rounded; the figures)."""
     durable_dir, expert_dir = os.path.join(scratch, "durable"), os.path.join(scratch, "expert")
     for folder in (durable_dir, expert_dir):
         shutil.rmtree(folder, ignore_errors=True)
-    first, rerun = (process(mode, confs_of(mode, durable_dir, driver_memory), tables, scale, expert_dir) for _ in range(2))
+    first, rerun = (process(mode, confs_of(mode, durable_dir, driver_memory), tables, scale, expert_dir, workload)
+                    for _ in range(2))
     answers = _rounded(first.pop("answers"))
     if _rounded(rerun.pop("answers")) != answers:
         answers = {"first": answers, "rerun": "different"}  # fails run_checked: the two processes disagree
@@ -127,6 +191,7 @@ def input_bytes(tables):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=WORKLOADS, default="tpch_session")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory (plain Spark needs 4g from scale 5)")
@@ -136,11 +201,12 @@ def main(argv=None):
     scale = 0.05 if args.quick else args.scale
     with tempfile.TemporaryDirectory(prefix="memphis-restart-") as scratch:
         tables = os.path.join(scratch, "tables")
-        process("prepare", confs_of("plain", "none"), tables, scale, "")
-        samples = run_checked(MODES, lambda mode, i: run_pair(mode, tables, scale, scratch, args.driver_memory),
+        process("prepare", confs_of("plain", "none"), tables, scale, "", args.workload)
+        samples = run_checked(MODES, lambda mode, i: run_pair(mode, tables, scale, scratch, args.driver_memory,
+                                                              args.workload),
                               repeats=args.repeats, quick=args.quick, desc="restart")
         read = input_bytes(tables)
-    report = {"benchmark": "restart", "workload": "tpch_session", "scale": scale, "quick": args.quick,
+    report = {"benchmark": "restart", "workload": args.workload, "scale": scale, "quick": args.quick,
               "runs_per_mode": min(len(s) for s in samples.values()), "answers_equal": True, "input_bytes": read,
               "driver_memory": args.driver_memory, "modes": {m: {"rerun": seconds_summary(s), "first": seconds_summary([{"seconds": f["first_s"]} for f in s]),
                             "first_wait": seconds_summary([{"seconds": f["first_wait_s"]} for f in s]),
@@ -152,7 +218,7 @@ def main(argv=None):
         interval = ratio_interval([f[key] for f in samples[numerator]], [f[key] for f in samples[denominator]])
         report["ratios"][f"{which}: {numerator} / {denominator}"] = ratio_text(interval)
     written = report["modes"]["durable"]["bytes_written"]
-    lines = [f"# Notebook restart: tpch_session (24 queries, scale {scale:g}) run, then run again in a fresh process", "",
+    lines = [f"# Notebook restart: {WORKLOADS[args.workload]}, scale {scale:g}, run, then run again in a fresh process", "",
              "| mode | first process, s | its end waits for durable writes, s | rerun after restart, s | "
              "persisted (first) | durable hits (rerun) |", "|---|---:|---:|---:|---:|---:|"]
     for mode, r in report["modes"].items():
@@ -166,16 +232,19 @@ def main(argv=None):
               f"{runs_text(args.quick, report['runs_per_mode'])}; each run is two fresh local[2] processes "
               f"({args.driver_memory} driver, canChangeCachedPlanOutputPartitioning=true); counters from the last run.",
               "", provenance_line(report["provenance"])]
-    write_results(args.out, "restart", report, lines)
+    write_results(args.out, "restart" if args.workload == "tpch_session" else f"restart_{args.workload}", report, lines)
 
 
 def _seconds(summary):
     return f"{summary['median_s']:.3g} [{summary['low_s']:.3g}–{summary['high_s']:.3g}]"
 
 
-def _rounded(answers):
-    """Rows with floats to 10 significant digits: sums in another order differ in the last bits."""
-    return [[[float(f"{v:.10g}") if isinstance(v, float) else v for v in row] for row in rows] for rows in answers]
+def _rounded(answer):
+    """``answer`` with floats to 8 significant digits: sums in another order (Spark's partial
+    aggregates, memphis's cached parts) differ in the last bits."""
+    if isinstance(answer, list):
+        return [_rounded(a) for a in answer]
+    return float(f"{answer:.8g}") if isinstance(answer, float) else answer
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from rigor import AnswerMismatch  # noqa: E402
 
 
 def test_a_mode_answering_differently_fails_and_writes_no_results(monkeypatch, tmp_path):
-    def process(mode, confs, tables, scale, expert_dir):
+    def process(mode, confs, tables, scale, expert_dir, workload):
         if mode == "prepare":
             return {}
         wrong = mode == "durable" and confs["spark.memphis.durable.dir"] != "none"
@@ -29,7 +29,7 @@ def test_a_mode_answering_differently_fails_and_writes_no_results(monkeypatch, t
 def test_a_rerun_answering_differently_from_its_first_process_fails(monkeypatch, tmp_path):
     ran = {"n": 0}
 
-    def process(mode, confs, tables, scale, expert_dir):
+    def process(mode, confs, tables, scale, expert_dir, workload):
         ran["n"] += 1
         return {} if mode == "prepare" else {
             "answers": [[[ran["n"] if mode == "expert" else 0]]], "seconds": 1.0, "wait_s": 0.0, "hits": 0,
@@ -41,13 +41,15 @@ def test_a_rerun_answering_differently_from_its_first_process_fails(monkeypatch,
 
 
 @pytest.mark.slow
-def test_quick_runs_every_mode_and_the_rerun_reads_the_durable_tier(tmp_path):
-    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "restart.py"), "--quick", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=900)
+@pytest.mark.parametrize("workload, name", [("tpch_session", "restart"), ("demo", "restart_demo")])
+def test_quick_runs_every_mode_and_the_rerun_reads_the_durable_tier(tmp_path, workload, name):
+    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "restart.py"), "--quick", "--workload", workload,
+                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads((tmp_path / "restart.json").read_text())
+    report = json.loads((tmp_path / f"{name}.json").read_text())
     assert report["answers_equal"] and report["quick"] and set(report["modes"]) == set(restart.MODES)
+    assert report["workload"] == workload
     durable = report["modes"]["durable"]
     assert durable["bytes_written"] > 0 and durable["rerun_durable_hits"] > 0
     assert report["modes"]["memory"]["rerun_durable_hits"] == 0 and report["modes"]["memory"]["bytes_written"] == 0
-    assert report["provenance"]["commit"] and "commit " in (tmp_path / "restart.md").read_text()
+    assert report["provenance"]["commit"] and "commit " in (tmp_path / f"{name}.md").read_text()

@@ -146,11 +146,12 @@ def ensemble(spark, path, tools, lam):
     return best
 
 
-def session(spark, path, memphis_on: bool, bar):
-    """Every stage once; returns ({stage: answer}, {stage: seconds})."""
-    tools = Tools(memphis_on)
+def session(spark, path, memphis_on: bool, bar, *, tools=None, cache=lambda df: df):
+    """Every stage once; returns ({stage: answer}, {stage: seconds}). ``tools`` and ``cache`` replace
+    how stages collect and wrap arrays and what exploration keeps (benchmarks/restart.py's expert)."""
+    tools = tools or Tools(memphis_on)
     stages = {
-        "exploration": lambda: explore(spark, path),
+        "exploration": lambda: explore(spark, path, cache),
         "grid search": lambda: grid_search(spark, path, tools),
         "cross-validation": lambda: cross_validation(spark, path, tools),
         "ensemble": lambda: ensemble(spark, path, tools, LAMBDAS[int(np.argmin(answers["grid search"]))]),
