@@ -199,6 +199,7 @@ def main(argv=None):
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args(argv)
     scale = 0.05 if args.quick else args.scale
+    code = provenance()  # the code that runs, before it runs
     with tempfile.TemporaryDirectory(prefix="memphis-restart-") as scratch:
         tables = os.path.join(scratch, "tables")
         process("prepare", confs_of("plain", "none"), tables, scale, "", args.workload)
@@ -212,7 +213,7 @@ def main(argv=None):
                             "first_wait": seconds_summary([{"seconds": f["first_wait_s"]} for f in s]),
                             **{k: s[-1][k] for k in ("bytes_written", "first_persisted", "rerun_durable_hits", "rerun_hits")}}
                         for m, s in samples.items()},
-              "ratios": {}, "provenance": provenance()}
+              "ratios": {}, "provenance": code}
     for numerator, denominator, which, _ in TARGETS:
         key = "seconds" if which == "rerun" else "first_s"
         interval = ratio_interval([f[key] for f in samples[numerator]], [f[key] for f in samples[denominator]])
