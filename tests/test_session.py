@@ -3,6 +3,7 @@ from pyspark.sql import functions as F
 import memphis
 import memphis.gpu
 from memphis import broadcasts
+from memphis.tiers import durable
 from conftest import job_count
 
 
@@ -30,8 +31,9 @@ def test_stats_from_sql_and_python_agree(spark):
                                                   "started_early", "internal_errors", "compute_saved_ms")} | \
         {"local_" + name for name in memphis.gpu.GPU_COUNTERS if name != "bytes_held_gpu"} | \
         {"local_" + name for name in broadcasts.COUNTERS if name != "bytes_held_broadcast"} | \
-        {"bytes_held_host", "bytes_held_disk", "bytes_held_gpu", "bytes_held_broadcast", "host_budget_bytes",
-         "disk_budget_bytes"}
+        {"local_" + name for name in durable.COUNTERS} | \
+        {"bytes_held_host", "bytes_held_disk", "bytes_held_gpu", "bytes_held_broadcast", "bytes_held_durable",
+         "host_budget_bytes", "disk_budget_bytes", "durable_budget_bytes"}
 
 
 def test_entries_and_clear_cover_every_tier(spark, local_tier):

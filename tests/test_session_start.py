@@ -72,7 +72,8 @@ print(json.dumps({
     "stats_rows": sorted(r["name"] for r in spark.sql("SELECT * FROM memphis_stats()").collect()),
     "stats_keys": sorted(k for k in memphis.stats(spark) if (not k.startswith("local_") or k == "local_disk_budget_bytes")
                          and k not in ("bytes_held_host", "bytes_held_disk", "bytes_held_gpu", "bytes_held_broadcast",
-                                       "host_budget_bytes", "disk_budget_bytes")),
+                                       "bytes_held_durable", "host_budget_bytes", "disk_budget_bytes",
+                                       "durable_budget_bytes")),
 }))
 """
 
