@@ -48,6 +48,10 @@ final class StorageTracking(sc: SparkContext, table: EntryTable, spark: SparkCac
         eviction.enforceBudget()
       } else if (e.state == EntryState.Materialized && !r.stored.contains(partition)) {
         partitionsLost(e, s"partition $partition lost")
+      } else if (e.state == EntryState.Materialized && isStored) {
+        // A block stored again (recomputed after a loss, moved from memory to disk) may be larger
+        // than before: the budget holds for what the entry takes now.
+        eviction.enforceBudget()
       }
     }
 
