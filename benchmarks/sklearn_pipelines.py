@@ -6,8 +6,8 @@
 Cases (seeded generated data, --rows rows, default 200 000; GridSearchCV with 3 folds, one job):
 
 - pca_ridge: Pipeline(StandardScaler, PCA, Ridge) on 40 features of rank 8 plus noise, over
-  PCA(n_components) ∈ {4, 8, 16, 32} × Ridge(alpha) ∈ {0.1, 1, 10}: the transformers (the PCA)
-  are the expensive part;
+  PCA(n_components) ∈ {4, 8, 16, 32} × Ridge(alpha) ∈ {0.01, 0.1, 1, 10, 100} (a decade apart, as
+  alphas are usually searched): the transformers (the PCA) are the expensive part;
 - poly_select_logistic: Pipeline(PolynomialFeatures(2), SelectKBest(f_classif), LogisticRegression)
   on 10 features (65 after the expansion), over k ∈ {5, 20, 40} × C ∈ {0.1, 1}: the final
   estimator, which no memory caches, weighs as much as the transformers.
@@ -60,7 +60,7 @@ def pca_ridge(rows, seed=0):
     X = latent @ rng.standard_normal((8, 40)) + 0.5 * rng.standard_normal((rows, 40))
     y = latent @ rng.standard_normal(8) + rng.standard_normal(rows)
     steps = lambda: [("scale", StandardScaler()), ("pca", PCA()), ("ridge", Ridge())]  # noqa: E731
-    return steps, {"pca__n_components": [4, 8, 16, 32], "ridge__alpha": [0.1, 1.0, 10.0]}, X, y
+    return steps, {"pca__n_components": [4, 8, 16, 32], "ridge__alpha": [0.01, 0.1, 1.0, 10.0, 100.0]}, X, y
 
 
 def poly_select_logistic(rows, seed=0):

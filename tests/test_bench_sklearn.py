@@ -19,7 +19,7 @@ def test_quick_mode_runs_every_case_in_every_mode_and_records_its_provenance(tmp
         assert "memphis / none" in case["ratios"] and "memphis / joblib" in case["ratios"]
     assert report["provenance"]["commit"] and report["provenance"]["machine"]["cpus"]
     table = (tmp_path / "sklearn_pipelines.md").read_text()
-    assert "| pca_ridge (12 candidates) | memphis |" in table and "commit " in table
+    assert "| pca_ridge (20 candidates) | memphis |" in table and "commit " in table
 
 
 class ShiftingMemory(memphis.sklearn.Memory):
