@@ -80,8 +80,8 @@ bench: $(VENV)/.installed
 		$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory $$memory --warmup \
 			--out $(RESULTS)/tpch_corpus_sf$(TPCH_SF)_$$memory.json || exit 1; done
 
-# Every mode of every benchmark script once at a tiny scale (CI): it fails on any answer mismatch;
-# its timings mean nothing.
+# Every mode of every benchmark script once at a tiny scale: it fails on any answer mismatch; its
+# timings mean nothing. pytest's slow tests run the same (tests/test_bench*.py, tests/test_demo.py).
 bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --quick --out $(QUICK)
 	$(PY) benchmarks/run.py --quick --pressure --workload tpch_session --out $(QUICK)

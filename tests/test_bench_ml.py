@@ -1,7 +1,10 @@
 """The ML workloads benchmark: every mode answers as plain numpy, a mismatch fails the run, the
-results carry intervals, ratios and provenance (timings are not checked). SystemDS is left out
-here (its JVMs take half a minute); `make bench-quick` runs it."""
+results carry intervals, ratios and provenance (timings are not checked). SystemDS and the grid
+fed from Spark (JVMs that take half a minute) run only in the slow test."""
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -30,6 +33,23 @@ def test_quick_mode_runs_every_mode_and_writes_json_table_and_plot(tmp_path):
     table = (tmp_path / "ml_workloads.md").read_text()
     assert "| grid_10_lambda |" in table and "commit " in table
     assert (tmp_path / "ml_workloads.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_quick_mode_with_systemds_and_the_grid_fed_from_spark(tmp_path):
+    """`make bench-quick`'s run, in a process of its own (its Spark session is its own)."""
+    result = subprocess.run([sys.executable, ml_workloads.__file__, "--quick", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=900, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "ml_workloads.json").read_text())
+    assert results["systemds"].startswith("SystemDS ")
+    fed = results["fed_from_spark"]
+    assert fed["collect_1_spark_jobs"] > 0 and fed["collect_2_spark_jobs"] == 0  # the second collect is held
+    for name, workload in results["scales"]["0.02"]["workloads"].items():
+        # SystemDS runs every workload it has a script for (benchmarks/systemds/<workload>.dml).
+        has_script = os.path.exists(os.path.join(ml_workloads.SYSTEMDS_SCRIPTS, f"{name}.dml"))
+        assert ({"systemds", "systemds_reuse"} <= set(workload["modes"])) == has_script, name
+        assert all(run["max_deviation"] <= ml_workloads.RTOL for run in workload["modes"].values())
 
 
 def test_hoisted_and_sklearn_answer_as_the_naive_workloads():

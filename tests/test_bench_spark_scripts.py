@@ -64,3 +64,19 @@ def test_quick_runs_every_mode_and_records_its_provenance(tmp_path, script, mode
     assert set(report.get("modes") or report["results"]) == modes
     assert report["provenance"]["commit"] and report["provenance"]["machine"]["cpus"]
     assert "commit " in (tmp_path / f"{name}.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, name", [
+    (["lineage_keys.py"], "lineage_keys"),
+    (["connect_calls.py"], "connect_calls_classic"),
+    (["connect_calls.py", "--serve"], "connect_calls_connect"),
+])
+def test_the_timing_scripts_run_quick_and_record_their_provenance(tmp_path, command, name):
+    script, *flags = command
+    result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script), *flags, "--quick", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / f"{name}.json").read_text())
+    assert report["quick"] and report["provenance"]["commit"]
+    assert "commit " in (tmp_path / f"{name}.md").read_text()
