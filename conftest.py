@@ -5,5 +5,9 @@ import os
 # process to the next, which would change what the tests count and make one test run depend on the one
 # before. It is off in every JVM the tests start, through spark-submit (a JVM system property, which
 # SparkConf reads; a session's own setting still overrides it, as tests/test_durable_spark.py does).
+#
+# Delta rebuilds a table's state over 50 partitions by default (snapshotPartitions): for the tests' tables of
+# a few files that is most of the time of each Delta read and commit, so 2 (as shuffle partitions are 4).
 os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-Dspark.memphis.durable.dir=none"]))
+    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-Dspark.memphis.durable.dir=none",
+                  "-Dspark.databricks.delta.snapshotPartitions=2"]))

@@ -27,7 +27,8 @@ Runs there take over a minute, so the sweep runs 3 repeats.
 unconstrained (its working set); the timed runs then cap ``spark.memphis.storage.maxBytes`` at a
 third of it, so that memphis evicts. Writes pressure.json and pressure.md (evictions, bytes held
 against the cap, memphis's time against plain and expert) instead of results.*; a workload where
-memphis holds nothing is left out and said so.
+memphis holds nothing is left out and said so. With --quick only plain and memphis run (the cap
+changes nothing else).
 """
 import argparse
 import json
@@ -45,6 +46,8 @@ from workloads import ALL  # noqa: E402
 QUICK_SCALE = 0.05
 QUICK_CONFS = {"spark.sql.shuffle.partitions": "4"}  # small data: a user sets few partitions
 PRESSURE_SHARE = 1 / 3  # the storage cap under --pressure, as a share of memphis's unconstrained holding
+# The modes --pressure --quick runs: the cap is memphis's, so only its answer can change; plain's is the reference.
+PRESSURE_QUICK_MODES = ("plain", "memphis")
 
 
 def main(argv=None) -> int:
@@ -78,7 +81,7 @@ def main(argv=None) -> int:
                 with tempfile.TemporaryDirectory(prefix=f"memphis-bench-{name}-") as directory:
                     workload = ALL[name](directory)
                     if args.pressure:
-                        report = under_pressure(spark, workload, scale, repeats)
+                        report = under_pressure(spark, workload, scale, repeats, quick=args.quick)
                     else:
                         report = run_workload(spark, workload, scale=scale, repeats=repeats)
                 report["environment"] = env
@@ -118,16 +121,16 @@ def main(argv=None) -> int:
     return 0
 
 
-def under_pressure(spark, workload, scale, repeats) -> dict:
+def under_pressure(spark, workload, scale, repeats, quick=False) -> dict:
     """``workload`` with memphis's Spark storage capped at PRESSURE_SHARE of what one unconstrained,
-    untimed memphis run holds there; the report gets ``unconstrained_bytes`` and ``cap_bytes``
-    (None where memphis held nothing, and then no timed runs)."""
+    untimed memphis run holds there (quick: in :data:`PRESSURE_QUICK_MODES` only); the report gets
+    ``unconstrained_bytes`` and ``cap_bytes`` (None where memphis held nothing, and then no timed runs)."""
     calibration = run_workload(spark, workload, scale=scale, modes=["memphis"], repeats=1, progress=False)
     held = calibration["modes"]["memphis"]["counters"]["bytes_held_storage"]
     cap = int(held * PRESSURE_SHARE)
     if cap == 0:
         return {**calibration, "unconstrained_bytes": held, "cap_bytes": None}
-    report = run_workload(spark, workload, scale=scale, repeats=repeats,
+    report = run_workload(spark, workload, scale=scale, repeats=repeats, modes=PRESSURE_QUICK_MODES if quick else None,
                           confs={"spark.memphis.storage.maxBytes": str(cap)})
     return {**report, "unconstrained_bytes": held, "cap_bytes": cap}
 

@@ -42,9 +42,12 @@ def test_the_miss_and_hit_modes_are_what_they_say(local_tier):
     stats = memphis.local.stats()
     calls = tracing_overhead.calls_per_batch(1000)
     assert all(len(s) == 1 for s in seconds.values())
-    # The miss batch keeps none of these cheap results (the default rule); the hit batch's priming
-    # run computes them again and keeps them all, so the hit batch finds every one.
-    assert stats["misses"] == 2 * calls and stats["hits"] == calls
+    # The miss batch keeps none of these cheap results (the default rule keeps by measured cost, so a
+    # call a scheduler pause made slow may be kept: a few); the hit batch's priming run computes the
+    # rest again and keeps them all, so the hit batch finds every one.
+    kept_by_the_miss_batch = stats["hits"] - calls
+    assert stats["hits"] + stats["misses"] == 3 * calls
+    assert 0 <= kept_by_the_miss_batch <= calls // 10
 
 
 def test_gpu_tier_quick_runs_every_mode_with_equal_answers_and_evicts_under_the_tight_budget(tmp_path):
