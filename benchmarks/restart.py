@@ -177,7 +177,9 @@ def run_pair(mode, tables, scale, scratch, driver_memory="2g", workload="tpch_se
     durable_dir, expert_dir = os.path.join(scratch, "durable"), os.path.join(scratch, "expert")
     for folder in (durable_dir, expert_dir):
         shutil.rmtree(folder, ignore_errors=True)
-    run = lambda: process(mode, confs_of(mode, durable_dir, driver_memory), tables, scale, expert_dir, workload)  # noqa: E731
+    def run():
+        return process(mode, confs_of(mode, durable_dir, driver_memory), tables, scale, expert_dir, workload)
+
     first = run()
     rerun = run() if mode in CARRIED or not quick else dict(first)
     answers = _rounded(first.pop("answers"))

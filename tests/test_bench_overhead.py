@@ -42,12 +42,14 @@ def test_the_miss_and_hit_modes_are_what_they_say(local_tier):
     stats = memphis.local.stats()
     calls = tracing_overhead.calls_per_batch(1000)
     assert all(len(s) == 1 for s in seconds.values())
-    # The miss batch keeps none of these cheap results (the default rule keeps by measured cost, so a
-    # call a scheduler pause made slow may be kept: a few); the hit batch's priming run computes the
-    # rest again and keeps them all, so the hit batch finds every one.
-    kept_by_the_miss_batch = stats["hits"] - calls
+    # The miss batch keeps none of these cheap results, or a few (the default rule keeps by measured
+    # cost, and a call a scheduler pause made slow may be kept); the hit batch's priming run computes
+    # the rest again and keeps them all, so the hit batch finds every one. Hits beyond one batch's are
+    # the miss batch's kept results less the hit batch's misses: none of the latter, at most a tenth
+    # of the former.
+    hits_beyond_the_hit_batch = stats["hits"] - calls
     assert stats["hits"] + stats["misses"] == 3 * calls
-    assert 0 <= kept_by_the_miss_batch <= calls // 10
+    assert 0 <= hits_beyond_the_hit_batch <= calls // 10
 
 
 def test_gpu_tier_quick_runs_every_mode_with_equal_answers_and_evicts_under_the_tight_budget(tmp_path):
