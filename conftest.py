@@ -8,6 +8,9 @@ import os
 #
 # Delta rebuilds a table's state over 50 partitions by default (snapshotPartitions): for the tests' tables of
 # a few files that is most of the time of each Delta read and commit, so 2 (as shuffle partitions are 4).
+#
+# The JVMs run C1-compiled code only (TieredStopAtLevel=1): most live for a test or a benchmark's quick run,
+# and on CI's two busy cores the second JIT tier costs them more than it saves (about 15 % of their time).
 os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
     filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-Dspark.memphis.durable.dir=none",
-                  "-Dspark.databricks.delta.snapshotPartitions=2"]))
+                  "-Dspark.databricks.delta.snapshotPartitions=2", "-XX:TieredStopAtLevel=1"]))

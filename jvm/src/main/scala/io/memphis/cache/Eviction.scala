@@ -21,13 +21,30 @@ final class Eviction(table: EntryTable, spark: SparkCache, stats: CacheStats, bu
   /** The session of the latest decision: its confs (budget, policy) and CacheManager serve evictions. Under the table's lock. */
   var session: Option[SparkSession] = None
 
-  /** Unpersists `e` and lets it go, counted under `counter`. */
-  def release(session: SparkSession, e: CacheEntry, state: EntryState.Value, counter: Counter.Value, why: String): Unit = {
-    e.relation.foreach(r => spark.uncache(session, r.plan))
-    table.forget(e)
-    e.moveTo(state, why)
-    e.occurrences = 0
-    stats.record(counter, s"$state ${e.key.hash}: $why")
+  /**
+   * Unpersists `e` and lets it go, counted under `counter`; nothing when it holds nothing (any more:
+   * one in a list of entries to let go may have gone with another built on it, see [[uncache]]).
+   */
+  def release(session: SparkSession, e: CacheEntry, state: EntryState.Value, counter: Counter.Value, why: String): Unit =
+    if (EntryState.Holding.contains(e.state)) {
+      e.relation.foreach(r => uncache(session, r.plan, e.key.hash))
+      table.forget(e)
+      e.moveTo(state, why)
+      e.occurrences = 0
+      stats.record(counter, s"$state ${e.key.hash}: $why")
+    }
+
+  /**
+   * Uncaches `plan` (of `what`), letting go first of the held entries built on it whose relation Spark
+   * has begun but not finished storing. Spark's CacheManager would re-cache those with their stored
+   * blocks cleared, and memphis would learn of it only from the listener, after a query might have been
+   * served the new relation, which no entry tracks (found by CacheStatePropertySuite).
+   */
+  def uncache(session: SparkSession, plan: LogicalPlan, what: String): Unit = {
+    val unfinished = table.holding.filter(d => d.relation.exists(r =>
+      r.rddId.isDefined && (r.plan ne plan) && r.plan.exists(_.sameResult(plan)) && !spark.loaded(session, r.plan)))
+    unfinished.foreach(release(session, _, EntryState.Evicted, Counter.Evicted, s"built on $what, let go before it was stored"))
+    spark.uncache(session, plan)
   }
 
   /** Lets go of everything memphis holds in Spark storage. */
@@ -59,8 +76,8 @@ final class Eviction(table: EntryTable, spark: SparkCache, stats: CacheStats, bu
   /** Unpersists `e` and every held entry built on it. */
   private def invalidate(session: SparkSession, e: CacheEntry, why: String): Unit = {
     val dependents = table.holding.filter(d => (d ne e) && d.key.children.exists(_.contains(e.key.hash)))
-    release(session, e, EntryState.Invalid, Counter.Invalidated, why)
     dependents.foreach(d => release(session, d, EntryState.Invalid, Counter.Invalidated, s"built on ${e.key.hash}: $why"))
+    release(session, e, EntryState.Invalid, Counter.Invalidated, why)
   }
 
   /**

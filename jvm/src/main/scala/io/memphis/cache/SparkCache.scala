@@ -27,6 +27,10 @@ final class SparkCache {
 
   def uncache(session: SparkSession, plan: LogicalPlan): Unit = ReuseRule.suspended(SparkShimImpl.uncacheQuery(session, plan))
 
+  /** Whether every partition of the relation Spark holds for `plan` is stored (what its CacheManager checks before a re-cache). */
+  def loaded(session: SparkSession, plan: LogicalPlan): Boolean =
+    SparkShimImpl.lookupCachedData(session, plan).exists(_.cachedRepresentation.cacheBuilder.isCachedColumnBuffersLoaded)
+
   /** The name of the cached relation Spark would substitute for `plan`, when it holds one (its name may be none). */
   def relationName(session: SparkSession, plan: LogicalPlan): Option[Option[String]] =
     SparkRuntime.cachedRelationName(session, plan)

@@ -123,7 +123,7 @@ final class StorageTracking(sc: SparkContext, table: EntryTable, spark: SparkCac
   def uncacheReplaced(session: SparkSession): Unit = if (replacedOutside.nonEmpty) {
     if (spark.isEmpty(session)) replacedOutside.clear()
     replacedOutside.filter(spark.holds(session, _)).toSeq.foreach { p =>
-      spark.uncache(session, p)
+      eviction.uncache(session, p, "a relation unpersisted outside memphis")
       CacheStats.log.debug("memphis: uncached a relation Spark re-cached for a plan memphis let go")
       replacedOutside -= p
     }
