@@ -10,7 +10,8 @@ import os
 # a few files that is most of the time of each Delta read and commit, so 2 (as shuffle partitions are 4).
 #
 # The JVMs run C1-compiled code only (TieredStopAtLevel=1): most live for a test or a benchmark's quick run,
-# and on CI's two busy cores the second JIT tier costs them more than it saves (pytest took 15 % less).
+# and on two busy cores the second JIT tier costs them more than it saves (two checkpoint and loop test files
+# took 197–217 s against 237–243 s, alternating).
 # C1's frames are larger, and the lineage-key benchmark's deep plans overflowed a thread's default stack
 # while Spark analyzed them: 4 MB, as Spark's own test JVMs have.
 os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
