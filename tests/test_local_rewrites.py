@@ -251,6 +251,28 @@ def test_a_function_call_keys_as_its_general_encoding(local_tier):
     t = memphis.array(np.ones((3, 2)))
     for function, args, kwargs in ((np.sum, (t,), {"axis": 0}), (np.transpose, (t,), {}),
                                    (np.concatenate, ((t, t),), {"axis": 1}), (np.linalg.solve, (t.T @ t, t.T[0]), {})):
+        general = calls.trace_item(calls.TRACED_FUNCTIONS[function], calls._binder(function).bind(args, kwargs))
+        for _ in range(2):  # the second from the memo of its call's form
+            item = calls.function_item(function, args, kwargs)
+            assert item == general and item.key == general.key
+
+
+def test_a_call_in_a_known_form_takes_its_own_inputs_and_literals(local_tier):
+    rng = np.random.default_rng(3)
+    a, b = (memphis.array(rng.standard_normal((3, 3))) for _ in range(2))
+    y = memphis.array(rng.standard_normal(3))
+
+    def key(function, *args, **kwargs):
         item = calls.function_item(function, args, kwargs)
-        general = calls.trace_item(calls.TRACED_FUNCTIONS[function], calls._canonical_arguments(function, args, kwargs))
-        assert item == general and item.key == general.key
+        general = calls.trace_item(calls.TRACED_FUNCTIONS[function], calls._binder(function).bind(args, kwargs))
+        assert item == general
+        return item.key
+
+    assert key(np.dot, a, b) != key(np.dot, b, a) == key(np.dot, b, a)
+    assert key(np.linalg.solve, a, y) == key(np.linalg.solve, b=y, a=a) == key(np.linalg.solve, a, b=y)
+    assert key(np.linalg.solve, a, y) != key(np.linalg.solve, b=y, a=b)
+    # Values that compare equal but are different literals are different forms.
+    assert key(np.clip, a, 0.0, 1) != key(np.clip, a, -0.0, 1) != key(np.clip, a, 0.0, 1.0)
+    assert key(np.sum, a, axis=1) != key(np.sum, a, axis=True)
+    for left, right in ((a, b), (b, a)):
+        assert np.array_equal(np.dot(left, right).numpy(), np.dot(left.numpy(), right.numpy()))

@@ -6,7 +6,7 @@ import numpy as np
 from memphis.backends import device_backend, numpy_backend
 from memphis.tiers.runtime import default
 from memphis.tracing import partial
-from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, started_early, trace_item,
+from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, held, started_early, trace_item,
                                    transpose_item, ufunc_item)
 from memphis.tracing.lineage import LineageItem, Untraceable, array_leaf, bounded, literal
 
@@ -78,12 +78,13 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
            [26., 35.]])
     """
 
-    __slots__ = ("_value", "lineage", "__weakref__")
+    __slots__ = ("_value", "lineage", "_transposed", "__weakref__")
     deferred = False  # see DeferredArray
 
     def __init__(self, value: np.ndarray, lineage: LineageItem):
         self._value = value
         self.lineage = lineage
+        self._transposed = None
 
     # --- numpy dispatch ---------------------------------------------------------------------
 
@@ -100,12 +101,13 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         compute = lambda: getattr(ufunc, method)(*_unwrap(inputs, device), **_unwrap(kwargs, device))  # noqa: E731
         if device is None:
             compute = started_early(item, compute)
+        # A held product is a plain hit, which no rewrite can beat (a pending key is not forced here).
         if (device is None and ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2
-                and isinstance(inputs[0], TracedArray)):
+                and isinstance(inputs[0], TracedArray) and (item.pending or not held(item))):
             rewritten = partial.crossproduct(item, *inputs)  # the rewrites assemble host blocks
             if rewritten is not None:
-                value, held = rewritten
-                return wrap(value, item.cut() if held else item)
+                value, in_tier = rewritten
+                return wrap(value, item.cut() if in_tier else item)
             unmade = partial.blockwise_product(*inputs) or partial.associative_product(*inputs)
             if unmade is not None:
                 compute = unmade
@@ -156,7 +158,13 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
     ndim = property(lambda self: self._value.ndim)
     size = property(lambda self: self._value.size)
     nbytes = property(lambda self: self._value.nbytes)
-    T = property(lambda self: np.transpose(self))
+
+    @property
+    def T(self):
+        # Made once: a loop's ``X.T @ X`` then traces its product only (the values are read-only).
+        if self._transposed is None:
+            self._transposed = np.transpose(self)
+        return self._transposed
 
     def __getitem__(self, index):
         try:

@@ -76,12 +76,11 @@ class _Binder:
         return tuple(bound.arguments.items())
 
 
-def _canonical_arguments(function, args, kwargs):
-    """(name, value) pairs with defaults filled in, so ``a.T`` and ``np.transpose(a, None)`` trace alike."""
+def _binder(function) -> _Binder:
     binder = _binders.get(function)
     if binder is None:
         binder = _binders[function] = _Binder(function)
-    return binder.bind(args, kwargs)
+    return binder
 
 
 def trace_item(opcode: str, arguments) -> LineageItem:
@@ -91,14 +90,64 @@ def trace_item(opcode: str, arguments) -> LineageItem:
     return LineageItem(opcode, inputs=inputs, literals=(literals,))
 
 
+# (function, form of a call) -> (its literals, where its inputs are): a loop calls a traced function
+# in the same form again and again (``np.sum(a)``, ``X.T``), so its literals are made once. The form of
+# a call is the type and value of each plain argument as given, and the place of each traced one; a
+# call with any other argument (a raw array, a list, a dtype) is encoded every time. Emptied when full.
+_forms = {}
+MAX_FORMS = 4096
+_FORM_TYPES = {type(None), bool, int, str, type(np._NoValue)}  # values that equal only their own literal
+_TRACED = "traced"
+
+
+def _form_of(value):
+    kind = type(value)
+    if kind in _FORM_TYPES:
+        return kind, value
+    if kind is float:  # 0.0 == -0.0 and nan != nan: by its text, as its literal is
+        return kind, repr(value)
+    if type(getattr(value, "lineage", None)) is LineageItem:
+        return _TRACED
+    return None
+
+
+def _call_form(function, args, kwargs):
+    """The memo key of a call, None for a call whose literals must be encoded afresh."""
+    form = [function]
+    for value in args:
+        part = _form_of(value)
+        if part is None:
+            return None
+        form.append(part)
+    for name, value in kwargs.items():
+        part = _form_of(value)
+        if part is None:
+            return None
+        form.append((name, part))
+    return tuple(form)
+
+
 def function_item(function, args, kwargs) -> LineageItem:
     """The item of a call of a traced numpy function, as its canonical arguments: what trace_item
     makes of the (name, value) pairs, with the names' literals written directly (every call has
     several, most of them defaults)."""
+    form = _call_form(function, args, kwargs)
+    known = _forms.get(form) if form is not None else None
+    if known is not None:
+        literals, places = known
+        inputs = [(args[p] if type(p) is int else kwargs[p]).lineage for p in places]
+        return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=literals)
+    binder = _binder(function)
+    arguments = binder.bind(args, kwargs)  # (name, value) pairs, defaults filled in, so a.T == np.transpose(a, None)
     inputs = []
-    pairs = tuple([("tuple", (("str", repr(name)), encode(value, inputs)))
-                   for name, value in _canonical_arguments(function, args, kwargs)])
-    return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=(("tuple", pairs),))
+    literals = (("tuple", tuple([("tuple", (("str", repr(name)), encode(value, inputs))) for name, value in arguments])),)
+    if form is not None and binder.names is not None:
+        if len(_forms) >= MAX_FORMS:
+            _forms.clear()
+        positions = [binder.index[name] for name, value in arguments
+                     if type(getattr(value, "lineage", None)) is LineageItem]
+        _forms[form] = literals, tuple([i if i < len(args) else binder.names[i] for i in positions])
+    return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=literals)
 
 
 _NO_KEYWORDS = ("tuple", ())
