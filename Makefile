@@ -28,17 +28,22 @@ test-jvm: $(VENV)/.installed
 	cp $(DEFAULT_JAR) $(JAR_DIR)/
 
 # The slowest tests are listed at the end: CI's time limit is what they spend (docs/compatibility.md).
+# PYTEST_WORKERS test processes, a file's tests in one of them and in their order (they share its module
+# fixtures, such as a Connect server); each test's Spark is local[2] or a subprocess, so more workers
+# than cores only contend (one alone leaves about a third of two cores idle, waiting on JVMs).
+PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 test-python: $(VENV)/.installed
-	$(PY) -m pytest -q --durations=20
+	$(PYTEST) --durations=20
 
 # The Python tests without those marked slow (over ~20 s each: benchmarks, corpora, soaks): minutes, not tens.
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # Every other Spark line, each at both ends of its patch releases, and Java 11 and 21
 # (integration/lines/run.sh says what runs; docs/compatibility.md what it found).
 test-lines: $(VENV)/.installed
-	PY=$(PY) PYTHON=$(PYTHON) bash integration/lines/run.sh
+	PY=$(PY) PYTHON=$(PYTHON) PYTEST_WORKERS=$(PYTEST_WORKERS) bash integration/lines/run.sh
 
 # The TPC-H scale and driver sizes of the corpus `make bench` runs (benchmarks/tpch_corpus.py,
 # docs/reliability.md); its CI scale is 0.1.

@@ -218,3 +218,10 @@ def test_work_on_a_large_fresh_array_starts_while_it_is_hashed(local_tier, monke
     other = memphis.array(changed)
     np.testing.assert_allclose((other.T @ other).numpy(), changed.T @ changed, rtol=1e-12)
     assert ml.stats()["computed"] - after["computed"] == 1  # different content: never the cached one
+
+
+def test_the_transpose_of_a_traced_array_is_made_once_and_keys_as_np_transpose(local_tier):
+    X = memphis.array(np.arange(6.0).reshape(3, 2))
+    assert X.T is X.T
+    assert X.T.lineage == np.transpose(X).lineage and np.array_equal(X.T.numpy(), X.numpy().T)
+    assert np.array_equal((X.T @ X).numpy(), X.numpy().T @ X.numpy())

@@ -16,6 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
+# The scenarios run in PYTEST_WORKERS processes, as make test's (the Makefile says why).
+PYTEST_WORKERS=${PYTEST_WORKERS:-2}
 PYTHON=${PYTHON:-python3}
 MVN="mvn -B -q -f jvm/pom.xml"
 # <line>_<scala> <oldest patch> <Javas for its ScalaTest> <Java for its Python scenarios, or - for none>
@@ -24,7 +26,7 @@ MATRIX="4.1_2.13 4.1.0 21 17
 3.5_2.13 3.5.0 17 -
 3.5_2.12 3.5.0 11 11"
 # The Python packages a line venv takes from requirements-dev.txt, besides its own pyspark.
-LINE_DEPS='pyarrow|pandas|numpy|tqdm|xxhash|pytest|hypothesis|setuptools'
+LINE_DEPS='pyarrow|pandas|numpy|tqdm|xxhash|pytest|pytest-xdist|execnet|hypothesis|setuptools'
 LINE_TESTS="tests/test_session.py tests/test_reuse.py tests/test_lineage.py tests/test_checkpoint.py
   tests/test_broadcast.py tests/test_broadcast_join_reuse.py tests/test_local_exchange.py"
 
@@ -97,11 +99,11 @@ while read -r build oldest _ python_java; do
   step "core Python scenarios on pyspark $oldest, Java $python_java"
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
   # shellcheck disable=SC2086
-  JAVA_HOME=$(java_home "$python_java") "$venv/bin/python" -m pytest -q -p no:cacheprovider $LINE_TESTS
+  JAVA_HOME=$(java_home "$python_java") "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile $LINE_TESTS
 done <<< "$MATRIX"
 step "core Python scenarios on the default line, Java 21"
 # shellcheck disable=SC2086
-JAVA_HOME=$(pyspark_java21_home) "$PY" -m pytest -q -p no:cacheprovider $LINE_TESTS
+JAVA_HOME=$(pyspark_java21_home) "$PY" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile $LINE_TESTS
 
 step "the wheel beside each line's pyspark"
 MEMPHIS_LINE_VENVS="${venvs[*]}" "$PY" -m pytest -q -p no:cacheprovider integration/lines/wheel_on_each_line.py
