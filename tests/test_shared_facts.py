@@ -52,3 +52,17 @@ def test_the_host_tiers_score_is_the_jvms(spark):
                   hits=2, misses=1)
     assert entry.score == pytest.approx(spark._jvm.io.memphis.reuse.EvictionPolicy.valuePerByte(250, 3, 1000))
 
+
+
+def test_the_conf_table_comes_from_the_newest_jar(tmp_path, monkeypatch):
+    import json
+    import os
+    import zipfile
+
+    for name, default, age in (("memphis-spark-3.5_2.12-0.1.0.jar", "old", 3600), ("memphis-spark-4.2_2.13-0.1.0.jar", "new", 0)):
+        with zipfile.ZipFile(tmp_path / name, "w") as z:
+            z.writestr(jar_facts.CONF_TABLE, json.dumps([{"key": "spark.memphis.x", "default": default}]))
+        os.utime(tmp_path / name, (os.path.getmtime(tmp_path / name) - age,) * 2)
+    (tmp_path / "memphis-spark-9.9_2.13-0.1.0.jar").write_bytes(b"not a jar")  # newest, unreadable: skipped
+    monkeypatch.setattr(jar_facts, "JAR_DIR", str(tmp_path))
+    assert jar_facts.default("spark.memphis.x") == "new"

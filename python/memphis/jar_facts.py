@@ -39,7 +39,8 @@ def _conf_table(jars: tuple) -> dict:
 def conf_table() -> dict:
     """Every ``spark.memphis.*`` key: ``{key: {"key", "default", "allowed", "doc", "static"}}``.
 
-    Every jar carries the same table; the first readable one is used.
+    Every jar built from one source carries the same table; the newest readable one is used, so that
+    a jar left from an older build (of another Spark line, say) never speaks for the current one.
 
     Examples
     --------
@@ -47,7 +48,8 @@ def conf_table() -> dict:
     >>> jar_facts.conf_table()["spark.memphis.disk.maxBytes"]["default"]  # doctest: +SKIP
     '10g'
     """
-    return _conf_table(tuple(sorted(glob.glob(os.path.join(JAR_DIR, "memphis-spark-*.jar")))))
+    jars = glob.glob(os.path.join(JAR_DIR, "memphis-spark-*.jar"))
+    return _conf_table(tuple(sorted(jars, key=lambda jar: (-os.path.getmtime(jar), jar))))
 
 
 def default(key: str) -> str:
