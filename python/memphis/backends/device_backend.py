@@ -24,6 +24,8 @@ def is_device_array(value) -> bool:
 
 def device_among(values):
     """The device of the first device array in ``values`` (nested tuples, lists and traced arrays), or None."""
+    if not _device_of:  # no device known to this process: every traced call asks, so answer at once
+        return None
     for value in values:
         if getattr(value, "deferred", False):  # a traced array not made yet: made on the host
             continue
