@@ -53,8 +53,9 @@ def ask(source, group, i, tag):
     jobs = sc.statusTracker().getJobIdsForGroup(tag)
     stages = sum(len(sc.statusTracker().getJobInfo(j).stageIds) for j in jobs)
     plan = df._jdf.queryExecution().executedPlan().toString()
+    optimized = df._jdf.queryExecution().optimizedPlan().toString()
     return rows, {"jobs": len(jobs), "stages": stages, "scans_source": source in plan,
-                  "durable_in_plan": "DurableResult" in df._jdf.queryExecution().optimizedPlan().toString()}
+                  "durable_in_plan": "DurableResult" in optimized, "collected_in_plan": "CollectedResult" in optimized}
 
 def counters():
     return {k: v for k, v in memphis.stats(spark).items() if k.startswith("durable_") or k == "hits"}

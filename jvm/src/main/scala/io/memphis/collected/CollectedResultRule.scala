@@ -77,13 +77,17 @@ object CollectedResultRule {
     private lazy val keyed = LineageKey.ofQuery(plan, context)
     private lazy val keys = byPlan(keyed)
     private lazy val sparkHolds = !SparkShimImpl.cacheManager(session).isEmpty
+    /** The shapes of the user's collected rows in the durable tier: one listing per query that may read them. */
+    private lazy val durableShapes =
+      if (cache.durable.enabled && !plan.isInstanceOf[LeafNode]) cache.durable.collectedShapes(user) else Set.empty[String]
 
     def run(): LogicalPlan = {
       val keep = (if (maxBytes > 0) rowsOf(plan) else None).filter(_ => executing)
-      if (results.isEmpty && keep.isEmpty) plan
+      if (results.isEmpty && keep.isEmpty && durableShapes.isEmpty) plan
       else {
         if (!results.isEmpty) results.dropStale(plan, keyed)
-        val served = if (results.isEmpty || (!executing && Executions.byCacheManager)) plan else serve(plan)
+        val nothingKept = results.isEmpty && durableShapes.isEmpty
+        val served = if (nothingKept || (!executing && Executions.byCacheManager)) plan else serve(plan)
         keep.foreach { case (subplan, ordinals) => keepRows(subplan, ordinals) }
         served
       }
@@ -106,7 +110,7 @@ object CollectedResultRule {
     private def serve(p: LogicalPlan, keys: IdentityHashMap[LogicalPlan, LineageKey.Result]): LogicalPlan =
       if (sparkHolds && SparkShimImpl.lookupCachedData(session, p).isDefined) p
       else Option(keys.get(p)).flatMap(_.toOption).filter(_ => !p.isInstanceOf[LeafNode] && !QueryCandidates.correlated(p))
-        .flatMap(k => results.lookup(cache.scoped(k.hash, user), k, types(p)).map(k -> _))
+        .flatMap(k => results.lookup(cache.scoped(k.hash, user), k, types(p)).orElse(durableRows(k, p)).map(k -> _))
         .filter { case (k, _) => !p.exists(_.isInstanceOf[CollectMetrics]) || { // its metrics are reported by running it
           CacheStats.log.debug(s"memphis: ${k.hash} not read from kept rows: it observes metrics (Dataset.observe)")
           false
@@ -129,6 +133,21 @@ object CollectedResultRule {
 
     private lazy val context = MemphisConf.keyContext(session)
 
+    /**
+     * The rows of `p` (of key `k`) an earlier process collected, from the durable tier: kept from now
+     * on as if this process had collected them, when the query runs.
+     */
+    private def durableRows(k: LineageKey, p: LogicalPlan): Option[KeptResult] =
+      if (!durableShapes.contains(k.shapeHash)) None
+      else cache.durable.lookupRows(user, k, types(p)).map { case (rows, m) =>
+        val id = cache.scoped(k.hash, user)
+        if (executing) {
+          cache.stats.record(Counter.DurableHits, s"${k.hash}: the ${rows.size} rows a query collected in ${m.costMs} ms " +
+            s"read from the durable tier, not computed")
+          results.adopt(id, k, types(p), rows, m.costMs, cache.budgets(conf).collectedResultsBudget)
+        } else new KeptResult(id, k, types(p), rows, 0L, m.costMs, System.currentTimeMillis())
+      }
+
     /** Asks [[KeepResultRule]] to keep this query's rows for `subplan`, unless they are kept already. */
     private def keepRows(subplan: LogicalPlan, ordinals: Seq[Int]): Unit = keys.get(subplan) match {
       case null =>
@@ -137,7 +156,7 @@ object CollectedResultRule {
         val id = cache.scoped(k.hash, user)
         if (results.lookup(id, k, types(subplan)).isEmpty) {
           KeepResultRule.expect(plan.output.map(_.exprId),
-            KeepRequest(id, k, ordinals, types(subplan), maxBytes, System.currentTimeMillis()))
+            KeepRequest(id, k, user, ordinals, types(subplan), maxBytes, System.currentTimeMillis()))
         }
     }
   }

@@ -24,11 +24,11 @@ final class KeptResult(val id: String, val key: LineageKey, val types: Seq[DataT
 
 /**
  * What a query's collect is to keep ([[KeepResult]]): the subplan its rows stand for (`id`, `key`),
- * where that subplan's columns are in the rows the query returns (`ordinals`, their `types`), the
+ * the user whose query it is (`owner`), where that subplan's columns are in the rows the query returns (`ordinals`, their `types`), the
  * largest result to keep (`collected.maxBytes`), and when the query was planned.
  */
-final case class KeepRequest(id: String, key: LineageKey, ordinals: Seq[Int], types: Seq[DataType], maxBytes: Long,
-    plannedMs: Long) {
+final case class KeepRequest(id: String, key: LineageKey, owner: String, ordinals: Seq[Int], types: Seq[DataType],
+    maxBytes: Long, plannedMs: Long) {
   def describe: String = s"memphis ${key.hash}"
 }
 
@@ -94,9 +94,10 @@ final class CollectedResults(stats: CacheStats) {
   /**
    * The rows a query returned for `request`: kept when they take at most its `maxBytes` and, with
    * the others kept, at most `budget` bytes (the others of least value per byte go first to make room).
+   * Returns the result kept, if a new one is.
    */
-  def offer(request: KeepRequest, rows: Array[InternalRow], budget: Long): Unit = {
-    val keyBytes = CollectedResults.EntryBytes + 2L * request.key.canonicalChars
+  def offer(request: KeepRequest, rows: Array[InternalRow], budget: Long): Option[KeptResult] = {
+    val keyBytes = CollectedResults.keyBytes(request.key)
     // Too many rows, or (when they are the subplan's own) too many bytes: refused without a copy.
     val same = request.ordinals == request.types.indices &&
       rows.forall { case u: UnsafeRow => u.numFields == request.types.size; case _ => false }
@@ -116,23 +117,42 @@ final class CollectedResults(stats: CacheStats) {
     val why = s"result of ${request.key.hash} (${rows.length} rows)"
     if (least > request.maxBytes || bytes > request.maxBytes) {
       stats.record(Counter.ResultsRefused, s"not kept: $why, more than collected.maxBytes (${request.maxBytes} bytes)")
-    } else synchronized {
-      val known = entries.get(request.id).filter(_.key.sameLineage(request.key))
-      val others = entries.values.filterNot(r => known.exists(_ eq r)).toSeq
-      if (bytes > budget) {
-        stats.record(Counter.ResultsRefused, s"not kept: $why, $bytes bytes, more than the budget of $budget")
-      } else if (known.isEmpty) {
-        entries.get(request.id).foreach(release(_, "replaced by a newer result of the same key"))
-        val costMs = math.max(0L, System.currentTimeMillis() - request.plannedMs)
-        val r = new KeptResult(request.id, request.key, request.types, kept.toIndexedSeq, bytes, costMs,
-          System.currentTimeMillis())
-        entries(r.id) = r
-        stats.record(Counter.ResultsKept, s"kept $why: $bytes bytes on the driver, for later queries that hold its subplan")
-        val order = others.sortBy(o => (EvictionPolicy.valuePerByte(o.costMs, o.uses, o.bytes), o.lastUse))
-        order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget)
-          .foreach(release(_, s"over the budget of $budget bytes (least value per byte)"))
-      }
+      None
+    } else {
+      val costMs = math.max(0L, System.currentTimeMillis() - request.plannedMs)
+      keep(new KeptResult(request.id, request.key, request.types, kept.toIndexedSeq, bytes, costMs, System.currentTimeMillis()),
+        budget, why)
     }
+  }
+
+  /**
+   * Rows of `key`'s subplan (UnsafeRows of `types`) that another process collected in `costMs`, read
+   * from the durable tier: kept as `id` as if this process had collected them, within `budget`.
+   * Returns the result to serve (not kept when over the budget).
+   */
+  def adopt(id: String, key: LineageKey, types: Seq[DataType], rows: IndexedSeq[InternalRow], costMs: Long,
+      budget: Long): KeptResult = {
+    val bytes = CollectedResults.keyBytes(key) + rows.iterator.map(_.asInstanceOf[UnsafeRow].getSizeInBytes + CollectedResults.RowBytes).sum
+    val r = new KeptResult(id, key, types, rows, bytes, costMs, System.currentTimeMillis())
+    keep(r, budget, s"result of ${key.hash} (${rows.size} rows, read from the durable tier)").getOrElse(r)
+  }
+
+  /** Keeps `r` (`why`: what it is) unless its lineage is kept already or it exceeds `budget`; the others of least value per byte make room. */
+  private def keep(r: KeptResult, budget: Long, why: String): Option[KeptResult] = synchronized {
+    val known = entries.get(r.id).filter(_.key.sameLineage(r.key))
+    val others = entries.values.filterNot(o => known.exists(_ eq o)).toSeq
+    if (r.bytes > budget) {
+      stats.record(Counter.ResultsRefused, s"not kept: $why, ${r.bytes} bytes, more than the budget of $budget")
+      None
+    } else if (known.isEmpty) {
+      entries.get(r.id).foreach(release(_, "replaced by a newer result of the same key"))
+      entries(r.id) = r
+      stats.record(Counter.ResultsKept, s"kept $why: ${r.bytes} bytes on the driver, for later queries that hold its subplan")
+      val order = others.sortBy(o => (EvictionPolicy.valuePerByte(o.costMs, o.uses, o.bytes), o.lastUse))
+      order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget)
+        .foreach(release(_, s"over the budget of $budget bytes (least value per byte)"))
+      Some(r)
+    } else None
   }
 
   /** Lets go of `r`, counted as released; the plans that read it keep their own copy of the rows. */
@@ -153,6 +173,9 @@ final class CollectedResults(stats: CacheStats) {
 }
 
 object CollectedResults {
+  /** What a kept result of `key` takes besides its rows. */
+  private def keyBytes(key: LineageKey): Long = EntryBytes + 2L * key.canonicalChars
+
   /** What a kept result takes besides its rows and its key's canonical forms: its entry and the key's fields. */
   val EntryBytes = 1024L
 

@@ -27,7 +27,8 @@ final case class KeepResult(request: KeepRequest, child: LogicalPlan) extends Un
 /**
  * Passes its child's rows through; its `executeCollect` (what `collect()`, `count()` and PySpark's
  * `collect()` call on a query's root, under adaptive execution from the result stage) hands the rows
- * to [[CollectedResults.offer]] before returning them. Other ways of reading the rows (an iterator,
+ * to [[CollectedResults.offer]] before returning them, and a result kept is offered to the durable
+ * tier (written on its own thread). Other ways of reading the rows (an iterator,
  * `take`, Arrow batches) keep nothing.
  */
 final case class KeepResultExec(request: KeepRequest, child: SparkPlan) extends UnaryExecNode {
@@ -44,6 +45,7 @@ final case class KeepResultExec(request: KeepRequest, child: SparkPlan) extends 
     try {
       val cache = LineageCache.forContext(sparkContext)
       cache.collected.offer(request, rows, cache.budgets(SQLConf.get).collectedResultsBudget)
+        .foreach(r => cache.durable.collected(r.key, request.owner, r.types, r.rows, r.costMs, r.bytes))
     } catch {
       case NonFatal(e) => CacheStats.log.warn(s"memphis: did not keep a collected result after an internal error: $e", e)
     }

@@ -6,7 +6,7 @@ import io.memphis.reuse.EvictionPolicy
 import org.apache.hadoop.fs.{FileStatus, Path}
 
 /**
- * Keeps a user's durable Spark folder within its byte budget and deletes what no reader can need;
+ * Keeps a user's durable folders within their byte budget and deletes what no reader can need;
  * runs on the tier's one thread after each write, so this process never runs two at once.
  *
  * Several processes may run it at once: an entry is removed by renaming its manifest away (one of
@@ -18,9 +18,9 @@ import org.apache.hadoop.fs.{FileStatus, Path}
 private[durable] final class DurableEviction(files: DurableFiles, stats: CacheStats) {
   import DurableEviction.GraceMs
 
-  /** One pass over `folder` (a user's `spark` folder) at `now`, evicting beyond `maxBytes`. */
-  def pass(folder: Path, maxBytes: Long, now: Long): Unit = {
-    val live = files.list(folder).filter(_.isDirectory).flatMap(tidy(_, now))
+  /** One pass over `folders` (a user's `spark` and `collected` folders, one budget) at `now`, evicting beyond `maxBytes`. */
+  def pass(folders: Seq[Path], maxBytes: Long, now: Long): Unit = {
+    val live = folders.flatMap(files.list).filter(_.isDirectory).flatMap(tidy(_, now))
     var total = live.map(_._2.bytes).sum
     // Least compute time per byte first (the cost/size score of the Spark tier; reads in other processes are unknown), oldest first.
     val order = live.sortBy { case (_, m) => (EvictionPolicy.valuePerByte(m.costMs, 0L, m.bytes), m.writtenMs) }

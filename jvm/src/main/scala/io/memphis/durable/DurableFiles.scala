@@ -45,20 +45,26 @@ final class DurableFiles(hadoopConf: Configuration, shared: Boolean) {
   }
 
   /** Writes `text` to a new file `p` (failing if it exists), owner-only unless shared. */
-  def writeNew(p: Path, text: String): Unit = {
+  def writeNew(p: Path, text: String): Unit = writeNew(p, text.getBytes(StandardCharsets.UTF_8))
+
+  /** Writes `bytes` to a new file `p` (failing if it exists), owner-only unless shared. */
+  def writeNew(p: Path, bytes: Array[Byte]): Unit = {
     val out = fs(p).create(p, false)
-    try out.write(text.getBytes(StandardCharsets.UTF_8)) finally out.close()
+    try out.write(bytes) finally out.close()
     makePrivate(p, DurableFiles.FileMode)
   }
 
   /** The text of `p`, if it is at most `maxBytes` long; None when it does not exist. */
-  def read(p: Path, maxBytes: Long): Option[String] = try {
+  def read(p: Path, maxBytes: Long): Option[String] = readBytes(p, maxBytes).map(new String(_, StandardCharsets.UTF_8))
+
+  /** The bytes of `p`, if it is at most `maxBytes` long; None when it does not exist. */
+  def readBytes(p: Path, maxBytes: Long): Option[Array[Byte]] = try {
     val length = fs(p).getFileStatus(p).getLen
-    if (length > maxBytes) throw new java.io.IOException(s"$p has $length bytes, more than a manifest may ($maxBytes)")
+    if (length > maxBytes) throw new java.io.IOException(s"$p has $length bytes, more than this file may ($maxBytes)")
     val bytes = new Array[Byte](length.toInt)
     val in = fs(p).open(p)
     try org.apache.hadoop.io.IOUtils.readFully(in, bytes, 0, bytes.length) finally in.close()
-    Some(new String(bytes, StandardCharsets.UTF_8))
+    Some(bytes)
   } catch { case _: FileNotFoundException => None }
 
   /** The manifest at `p`: None when there is none, Left(why) when it cannot be read (a checksum error too) or parsed. */

@@ -13,6 +13,7 @@ import org.apache.hadoop.fs.Path
  *   <root>/<user>/spark/<shape>/data-<uuid>/part-*.parquet  its data, written before the manifest
  *   <root>/<user>/spark/<shape>/.manifest-<uuid>.tmp       a manifest being committed
  *   <root>/<user>/spark/<shape>/removed-<ms>-<uuid>.json   a removed entry's manifest: its data stays for a grace period
+ *   <root>/<user>/collected/<shape>/...                    rows queries collected, in the same scheme: data-<uuid>/rows.bin
  *   <root>/<user>/driver/...                               the driver-side tier's entries
  * }}}
  * `<user>` ([[userFolder]]) is the user's name when it is a plain name, else a hash of it, and
@@ -22,6 +23,8 @@ import org.apache.hadoop.fs.Path
 object DurableLayout {
   val SharedFolder = "shared"
   val SparkFolder = "spark"
+  val CollectedFolder = "collected"
+  val RowsFileName = "rows.bin"
   val ManifestName = "manifest.json"
   val DataPrefix = "data-"
   val RemovedPrefix = "removed-"
@@ -59,4 +62,8 @@ object DurableLayout {
   /** The folder of `user`'s Spark entries under `root`. */
   def sparkFolder(root: String, user: String, shared: Boolean): Path =
     new Path(new Path(root, userFolder(user, shared)), SparkFolder)
+
+  /** The folder of `user`'s collected rows under `root`. */
+  def collectedFolder(root: String, user: String, shared: Boolean): Path =
+    new Path(new Path(root, userFolder(user, shared)), CollectedFolder)
 }

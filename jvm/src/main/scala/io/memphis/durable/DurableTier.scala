@@ -15,7 +15,9 @@ import io.memphis.reuse.CacheEntry
 import org.apache.hadoop.fs.Path
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
+import org.apache.spark.sql.types.DataType
 
 /**
  * The durable tier of Spark subplan results: results that outlive the application, kept under
@@ -83,6 +85,9 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   /** The folder of `user`'s Spark entries. */
   def folderOf(user: String): Option[Path] = root.map(r => DurableLayout.sparkFolder(r.toString, user, shared))
 
+  /** The folder of `user`'s collected rows. */
+  def collectedFolderOf(user: String): Option[Path] = root.map(r => DurableLayout.collectedFolder(r.toString, user, shared))
+
   /**
    * Entry `e` became materialized (called under the lineage cache's lock): when admitted, its
    * write is queued; nothing waits for it.
@@ -91,26 +96,50 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
     folder <- folderOf(e.owner)
     relation <- e.relation
     s <- session
-    if maxBytes > 0 && synchronized(offered.add(s"$folder/${e.key.hash}"))
-  } admission.verdict(e.costMs, e.sizeBytes) match {
-    case Left(why) => stats.record(Counter.DurableNotAdmitted, s"${e.key.hash} not written to the durable tier: $why")
-    case Right(why) =>
-      val job = WriteJob(e.key, e.owner, relation.plan, e.costMs)
-      pending.incrementAndGet()
-      worker.execute(new Runnable {
-        override def run(): Unit = try {
-          writer.write(s, folder, job, why)
-          eviction.pass(folder, maxBytes, System.currentTimeMillis())
-        } catch {
-          case NonFatal(t) =>
-            CacheStats.log.warn(s"memphis: durable write of ${job.key.hash} failed: $t")
-            stats.record(Counter.DurableWriteFailures, s"durable write of ${job.key.hash} failed: $t")
-        } finally pending.decrementAndGet()
-      })
+  } offer(folder, e.key, e.owner, e.costMs, e.sizeBytes, Right(s -> WriteJob(e.key, e.owner, relation.plan, e.costMs)))
+
+  /**
+   * `rows` (UnsafeRows of `types`), collected by a query that took `costMs`, were kept for the
+   * subplan of `key` on `owner`'s behalf, taking `bytes`: when admitted, and when their columns are
+   * flat ([[CollectedRowsFile.unstorable]]), their write is queued; nothing waits for it.
+   */
+  def collected(key: LineageKey, owner: String, types: Seq[DataType], rows: Seq[InternalRow], costMs: Long,
+      bytes: Long): Unit = collectedFolderOf(owner).foreach { folder =>
+    CollectedRowsFile.unstorable(types) match {
+      case Some(why) => stats.record(Counter.DurableNotAdmitted, s"rows of ${key.hash} not written to the durable tier: $why")
+      case None => offer(folder, key, owner, costMs, bytes, Left(RowsJob(key, owner, types, rows, costMs)))
+    }
   }
 
-  /** The shapes of `user`'s entries: one listing, which a query makes once. */
-  def shapes(user: String): Set[String] = folderOf(user).fold(Set.empty[String]) { folder =>
+  /** Queues the write of `job` (rows or a Spark result) of `key` under `folder`, once per key until it is removed, when admitted. */
+  private def offer(folder: Path, key: LineageKey, owner: String, costMs: Long, bytes: Long,
+      job: Either[RowsJob, (SparkSession, WriteJob)]): Unit =
+    if (maxBytes > 0 && synchronized(offered.add(s"$folder/${key.hash}"))) admission.verdict(costMs, bytes) match {
+      case Left(why) => stats.record(Counter.DurableNotAdmitted, s"${key.hash} not written to the durable tier: $why")
+      case Right(why) =>
+        pending.incrementAndGet()
+        worker.execute(new Runnable {
+          override def run(): Unit = try {
+            job match {
+              case Left(rows) => writer.writeRows(folder, rows, why)
+              case Right((s, result)) => writer.write(s, folder, result, why)
+            }
+            eviction.pass(Seq(folderOf(owner), collectedFolderOf(owner)).flatten, maxBytes, System.currentTimeMillis())
+          } catch {
+            case NonFatal(t) =>
+              CacheStats.log.warn(s"memphis: durable write of ${key.hash} failed: $t")
+              stats.record(Counter.DurableWriteFailures, s"durable write of ${key.hash} failed: $t")
+          } finally pending.decrementAndGet()
+        })
+    }
+
+  /** The shapes of `user`'s Spark entries: one listing, which a query makes once. */
+  def shapes(user: String): Set[String] = shapesIn(folderOf(user))
+
+  /** The shapes of `user`'s collected rows: one listing, which a query makes once. */
+  def collectedShapes(user: String): Set[String] = shapesIn(collectedFolderOf(user))
+
+  private def shapesIn(folder: Option[Path]): Set[String] = folder.fold(Set.empty[String]) { folder =>
     try files.list(folder).filter(_.isDirectory).map(_.getPath.getName).toSet
     catch {
       case NonFatal(e) =>
@@ -124,7 +153,32 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
    * one does. One of the same shape that does not is counted and logged: invalidated and removed
    * when its sources changed, refused otherwise (removed when it is this user's and broken).
    */
-  def lookup(user: String, key: LineageKey, output: Seq[Attribute]): Option[(Path, Manifest)] = folderOf(user).flatMap { folder =>
+  def lookup(user: String, key: LineageKey, output: Seq[Attribute]): Option[(Path, Manifest)] =
+    folderOf(user).flatMap(find(_, user, key, Manifest.Format, Manifest.schemaOf(output).json)((_, _) => Right(())))
+      .map { case (entry, m, _) => entry -> m }
+
+  /**
+   * The rows `user`'s collected entry of `key` holds for columns of `types`, and its manifest, if
+   * one serves: checked as [[lookup]] checks, then its file's checksum and every row's bounds
+   * ([[CollectedRowsFile.decode]]); a file that fails is refused and removed.
+   */
+  def lookupRows(user: String, key: LineageKey, types: Seq[DataType]): Option[(IndexedSeq[InternalRow], Manifest)] =
+    collectedFolderOf(user).flatMap(find(_, user, key, CollectedRowsFile.format, Manifest.schemaOfTypes(types).json) {
+      (entry, m) =>
+        val file = m.files.head
+        files.readBytes(new Path(entry, file.path), m.bytes) match {
+          case None => Left(s"file ${file.path} is missing")
+          case Some(bytes) if DurableWriter.sha256(bytes) != file.sha256 => Left(s"file ${file.path} does not match its checksum")
+          case Some(bytes) => CollectedRowsFile.decode(bytes, types)
+        }
+    }).map { case (_, m, rows) => rows -> m }
+
+  /**
+   * The entry in `folder` of `user` whose manifest (of `format`, for a result of `schema`) serves
+   * the subplan of `key`, and what `check` reads of its data (Left(why) when the data is wrong).
+   */
+  private def find[A](folder: Path, user: String, key: LineageKey, format: String, schema: String)(
+      check: (Path, Manifest) => Either[String, A]): Option[(Path, Manifest, A)] = {
     val entry = new Path(folder, key.shapeHash)
     val manifestPath = new Path(entry, DurableLayout.ManifestName)
     def remove(): Boolean = {
@@ -140,17 +194,19 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
             d <- m.dataFolders.toSeq if d.startsWith(DurableLayout.DataPrefix) && !d.contains("..")
             s <- files.list(new Path(entry, d)) if DurableTier.isDataFile(s.getPath.getName)
           } yield s"$d/${s.getPath.getName}" -> FileSeen(s.getLen, s.getModificationTime, files.ownedByThisUser(s.getPath))
-          Manifest.verdict(m, key, output, user, shared, files.ownedByThisUser(manifestPath), seen.toMap)
+          Manifest.verdict(m, key, format, schema, user, shared, files.ownedByThisUser(manifestPath), seen.toMap)
+      }
+      def refuse(why: String, removing: Boolean): Option[(Path, Manifest, A)] = {
+        val removed = removing && remove() // not inside the message: it is built only when logged
+        stats.record(Counter.DurableRefused, s"durable entry in $entry not read: $why${if (removed) "; removed" else ""}")
+        None
       }
       verdict match {
-        case Serve(m) => Some(entry -> m)
+        case Serve(m) => check(entry, m).fold(refuse(_, removing = true), data => Some((entry, m, data)))
         case Stale(why) =>
           if (remove()) stats.record(Counter.DurableInvalidated, s"durable entry of ${key.hash}'s plan removed: $why")
           None
-        case Refused(why, removing) =>
-          val removed = removing && remove() // not inside the message: it is built only when logged
-          stats.record(Counter.DurableRefused, s"durable entry in $entry not read: $why${if (removed) "; removed" else ""}")
-          None
+        case Refused(why, removing) => refuse(why, removing)
       }
     } catch {
       case NonFatal(e) =>
@@ -159,17 +215,20 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
     }
   }
 
-  /** `user`'s entries as their manifests say (those readable), with their folders: for `memphis_cache()`. */
-  def entries(user: String): Seq[(Path, Manifest)] = folderOf(user).toSeq.flatMap { folder =>
-    shapes(user).toSeq.sorted.flatMap { shape =>
-      val entry = new Path(folder, shape)
-      files.manifest(new Path(entry, DurableLayout.ManifestName)).flatMap(_.toOption)
-        .filter(m => shared || m.owner == user).map(entry -> _)
+  /** `user`'s entries, Spark results then collected rows, as their manifests say (those readable), with their folders: for `memphis_cache()`. */
+  def entries(user: String): Seq[(Path, Manifest)] =
+    Seq(folderOf(user) -> shapes(user), collectedFolderOf(user) -> collectedShapes(user)).flatMap {
+      case (folder, shapes) => folder.toSeq.flatMap { folder =>
+        shapes.toSeq.sorted.flatMap { shape =>
+          val entry = new Path(folder, shape)
+          files.manifest(new Path(entry, DurableLayout.ManifestName)).flatMap(_.toOption)
+            .filter(m => shared || m.owner == user).map(entry -> _)
+        }
+      }
     }
-  }
 
-  /** Deletes `user`'s Spark entries (`memphis.clear(spark, durable=True)`): they are asked for writing again. */
-  def clear(user: String): Unit = folderOf(user).foreach { folder =>
+  /** Deletes `user`'s entries (`memphis.clear(spark, durable=True)`): they are asked for writing again. */
+  def clear(user: String): Unit = Seq(folderOf(user), collectedFolderOf(user)).flatten.foreach { folder =>
     files.delete(folder)
     synchronized(offered.clear())
     CacheStats.log.debug(s"memphis: deleted the durable tier's $folder")

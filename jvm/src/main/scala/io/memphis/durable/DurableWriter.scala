@@ -8,30 +8,69 @@ import io.memphis.lineage.LineageKey
 import io.memphis.reuse.ReuseRule
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Alias
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
+import org.apache.spark.sql.types.DataType
 
 /** A materialized entry to write: its key, owner, cached plan (as Spark's CacheManager holds it) and measured cost. */
 final case class WriteJob(key: LineageKey, owner: String, plan: LogicalPlan, costMs: Long)
 
+/** Collected rows to write: their subplan's key, owner, column types, rows (UnsafeRows) and the collecting query's time. */
+final case class RowsJob(key: LineageKey, owner: String, types: Seq[DataType], rows: Seq[InternalRow], costMs: Long)
+
+/** What the manifest says of an entry's data as written: its format, schema (JSON), rows and the files' checksums by name. */
+private final case class DataWritten(format: String, schema: String, rows: Long, sha256ByName: Map[String, String] = Map.empty)
+
 /**
- * Writes a materialized entry to the durable tier, on the tier's background thread: its cached
- * plan, which Spark's CacheManager substitutes with the cached relation (the job reads the stored
- * blocks; nothing is computed again), is written as Parquet into a data folder of its own, then the
- * manifest is written beside it under a temporary name and renamed into place, last. Two processes
- * writing one key use two data folders; the rename that commits decides (on the local filesystem
- * the later one replaces the earlier, elsewhere the first stays), and the data no manifest lists is
- * deleted later ([[DurableEviction]]). Whatever fails, nothing is left that a reader would trust.
+ * Writes entries to the durable tier, on the tier's background thread. A materialized entry: its
+ * cached plan, which Spark's CacheManager substitutes with the cached relation (the job reads the
+ * stored blocks; nothing is computed again), is written as Parquet into a data folder of its own.
+ * Collected rows: the rows on the driver, written by this thread as one file ([[CollectedRowsFile]]),
+ * no job. Then the manifest is written beside the data under a temporary name and renamed into place,
+ * last. Two processes writing one key use two data folders; the rename that commits decides (on the
+ * local filesystem the later one replaces the earlier, elsewhere the first stays), and the data no
+ * manifest lists is deleted later ([[DurableEviction]]). Whatever fails, nothing is left that a
+ * reader would trust.
  */
 private[durable] final class DurableWriter(files: DurableFiles, admission: DurableAdmission, stats: CacheStats) {
   /** Writes `job` under `folder` (the owner's `spark` folder) in `session`; `why` it was admitted. */
-  def write(session: SparkSession, folder: Path, job: WriteJob, why: String): Unit = {
-    val entry = new Path(folder, job.key.shapeHash)
+  def write(session: SparkSession, folder: Path, job: WriteJob, why: String): Unit =
+    commit(folder, job.key, job.owner, job.costMs, why) { data =>
+      SparkRuntime.inBackgroundJob(session, "memphis-durable", s"memphis: durable write of ${job.key.hash}") {
+        ReuseRule.suspended {
+          val columns = job.plan.output.zipWithIndex.map { case (a, i) => Alias(a, s"c$i")() }
+          SparkShimImpl.dataFrame(session, Project(columns, job.plan)).write.parquet(data.toString)
+        }
+      }
+      val rows = SparkShimImpl.lookupCachedData(session, job.plan)
+        .flatMap(_.cachedRepresentation.computeStats().rowCount).fold(-1L)(_.toLong)
+      DataWritten(Manifest.Format, Manifest.schemaOf(job.plan.output).json, rows)
+    }
+
+  /** Writes `job` under `folder` (the owner's `collected` folder); `why` it was admitted. */
+  def writeRows(folder: Path, job: RowsJob, why: String): Unit =
+    commit(folder, job.key, job.owner, job.costMs, why) { data =>
+      val bytes = CollectedRowsFile.encode(job.rows, job.types.size)
+      files.makeFolder(data, data.getParent)
+      files.writeNew(new Path(data, DurableLayout.RowsFileName), bytes)
+      DataWritten(CollectedRowsFile.format, Manifest.schemaOfTypes(job.types).json, job.rows.size.toLong,
+        Map(DurableLayout.RowsFileName -> DurableWriter.sha256(bytes)))
+    }
+
+  /**
+   * Commits an entry of `key` (computed in `costMs`) under `folder` unless the owner's is there
+   * already: `writeData` writes the data folder it is given and says what the manifest is to say of
+   * it; the manifest is committed last.
+   */
+  private def commit(folder: Path, key: LineageKey, owner: String, costMs: Long, why: String)(
+      writeData: Path => DataWritten): Unit = {
+    val entry = new Path(folder, key.shapeHash)
     val manifestPath = new Path(entry, DurableLayout.ManifestName)
     val existing = files.manifest(manifestPath).flatMap(_.toOption)
-    if (existing.exists(m => m.key == job.key.hash && m.owner == job.owner)) {
-      CacheStats.log.debug(s"memphis: ${job.key.hash} is in the durable tier already (written by ${job.owner} at ${existing.get.writtenMs})")
+    if (existing.exists(m => m.key == key.hash && m.owner == owner)) {
+      CacheStats.log.debug(s"memphis: ${key.hash} is in the durable tier already (written by $owner at ${existing.get.writtenMs})")
     } else {
       files.makeFolder(entry, folder.getParent.getParent)
       val id = UUID.randomUUID().toString
@@ -40,30 +79,25 @@ private[durable] final class DurableWriter(files: DurableFiles, admission: Durab
       var committed = false
       try {
         val started = System.nanoTime()
-        SparkRuntime.inBackgroundJob(session, "memphis-durable", s"memphis: durable write of ${job.key.hash}") {
-          ReuseRule.suspended {
-            val columns = job.plan.output.zipWithIndex.map { case (a, i) => Alias(a, s"c$i")() }
-            SparkShimImpl.dataFrame(session, Project(columns, job.plan)).write.parquet(data.toString)
-          }
-        }
+        val written = writeData(data)
         val ms = (System.nanoTime() - started) / 1000000
         files.makeFilesPrivate(data)
         val parts = files.list(data).filter(s => s.isFile && DurableTier.isDataFile(s.getPath.getName))
         val bytes = parts.map(_.getLen).sum
         admission.wrote(bytes, ms)
-        val rows = SparkShimImpl.lookupCachedData(session, job.plan)
-          .flatMap(_.cachedRepresentation.computeStats().rowCount).fold(-1L)(_.toLong)
-        val manifest = Manifest(Manifest.Format, job.key.hash, job.key.shapeHash, job.owner, Manifest.lineageOf(job.key),
-          Manifest.schemaOf(job.plan.output).json, rows, bytes, job.costMs, System.currentTimeMillis(),
-          parts.map(s => DataFile(s"${data.getName}/${s.getPath.getName}", s.getLen, s.getModificationTime)))
+        val manifest = Manifest(written.format, key.hash, key.shapeHash, owner, Manifest.lineageOf(key), written.schema,
+          written.rows, bytes, costMs, System.currentTimeMillis(), parts.map { s =>
+            val name = s.getPath.getName
+            DataFile(s"${data.getName}/$name", s.getLen, s.getModificationTime, written.sha256ByName.getOrElse(name, ""))
+          })
         files.writeNew(temp, manifest.toJson)
         DurableWriter.pauseBeforeCommit()
         committed = files.rename(temp, manifestPath)
         if (committed) {
           stats.add(Counter.DurableBytesWritten, bytes)
-          stats.record(Counter.DurableWrites, s"wrote ${job.key.hash} to the durable tier ($why): $bytes bytes in " +
+          stats.record(Counter.DurableWrites, s"wrote ${key.hash} to the durable tier ($why): $bytes bytes in " +
             s"${parts.size} file(s) in $ms ms, under $entry")
-        } else CacheStats.log.debug(s"memphis: another process committed ${job.key.hash} to the durable tier first")
+        } else CacheStats.log.debug(s"memphis: another process committed ${key.hash} to the durable tier first")
       } finally if (!committed) {
         files.delete(temp)
         files.delete(data)
@@ -79,4 +113,8 @@ object DurableWriter {
    */
   private def pauseBeforeCommit(): Unit =
     Option(System.getProperty("memphis.durable.pauseBeforeCommitMs")).foreach(ms => Thread.sleep(ms.toLong))
+
+  /** The SHA-256 of `bytes` in hex: the checksum a reader of collected rows checks. */
+  def sha256(bytes: Array[Byte]): String =
+    java.security.MessageDigest.getInstance("SHA-256").digest(bytes).map(b => f"${b & 0xff}%02x").mkString
 }

@@ -6,10 +6,13 @@ import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import com.fasterxml.jackson.databind.node.ObjectNode
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.catalyst.expressions.Attribute
-import org.apache.spark.sql.types.{StructField, StructType}
+import org.apache.spark.sql.types.{DataType, StructField, StructType}
 
-/** A data file of a durable entry: its path relative to the entry's folder, its bytes and modification time. */
-final case class DataFile(path: String, bytes: Long, modifiedMs: Long)
+/**
+ * A data file of a durable entry: its path relative to the entry's folder, its bytes and modification
+ * time, and the SHA-256 of its content where the reader checks it (collected rows; empty for Parquet).
+ */
+final case class DataFile(path: String, bytes: Long, modifiedMs: Long, sha256: String = "")
 
 /** What the filesystem says of a data file at lookup: its bytes, modification time, and whether this user owns it. */
 final case class FileSeen(bytes: Long, modifiedMs: Long, ownedByUser: Boolean)
@@ -29,7 +32,10 @@ final case class Manifest(format: String, key: String, shape: String, owner: Str
     node.set[JsonNode]("lineage", lineage)
     node.put("schema", schema).put("rows", rows).put("bytes", bytes).put("cost_ms", costMs).put("written_ms", writtenMs)
     val list = node.putArray("files")
-    files.foreach(f => list.addObject().put("path", f.path).put("bytes", f.bytes).put("modified_ms", f.modifiedMs))
+    files.foreach { f =>
+      val file = list.addObject().put("path", f.path).put("bytes", f.bytes).put("modified_ms", f.modifiedMs)
+      if (f.sha256.nonEmpty) file.put("sha256", f.sha256)
+    }
     Manifest.json.writerWithDefaultPrettyPrinter().writeValueAsString(node)
   }
 
@@ -41,7 +47,7 @@ final case class Manifest(format: String, key: String, shape: String, owner: Str
 }
 
 object Manifest {
-  /** The format of the tier's manifests and data; a manifest of another is not read. */
+  /** The format of the tier's manifests of Spark results (Parquet); a manifest of another is not read. */
   val Format = "memphis-durable-spark-v1"
 
   private val json = new ObjectMapper()
@@ -64,6 +70,10 @@ object Manifest {
   def schemaOf(output: Seq[Attribute]): StructType =
     StructType(output.zipWithIndex.map { case (a, i) => StructField(s"c$i", a.dataType, a.nullable) })
 
+  /** The columns of collected rows, which carry types only: `c0`, `c1`, … of `types`, nullable. */
+  def schemaOfTypes(types: Seq[DataType]): StructType =
+    StructType(types.zipWithIndex.map { case (t, i) => StructField(s"c$i", t, nullable = true) })
+
   /** The manifest in `text`, or why it is not one. */
   def parse(text: String): Either[String, Manifest] = Try {
     val node = json.readTree(text)
@@ -81,7 +91,8 @@ object Manifest {
     val list = Option(node.get("files")).filter(_.isArray).getOrElse(throw new IllegalArgumentException("no files"))
     val files = (0 until list.size).map(list.get).map { f =>
         val path = Option(f.get("path")).filter(_.isTextual).map(_.asText).getOrElse(throw new IllegalArgumentException("a file without a path"))
-        DataFile(path, number(f, "bytes"), number(f, "modified_ms"))
+        val sha256 = Option(f.get("sha256")).filter(_.isTextual).map(_.asText).getOrElse("")
+        DataFile(path, number(f, "bytes"), number(f, "modified_ms"), sha256)
       }.toList
     Manifest(text_("format"), text_("key"), text_("shape"), text_("owner"), lineage, text_("schema"), number(node, "rows"),
       number(node, "bytes"), number(node, "cost_ms"), number(node, "written_ms"), files)
@@ -98,23 +109,24 @@ object Manifest {
 
   /**
    * Whether manifest `m` (parsed from an entry's folder, whose files are `seen` by their path there;
-   * `manifestOwned`: whether this user owns the manifest file) serves the subplan of `key` and
-   * `output` for `user`. Checked in order: format, owner, shape, key (a different key of the same
-   * shape is the same plan over changed sources), canonical forms and fingerprints, schema, and every
-   * listed file: where memphis writes it, present with its bytes and modification time, this user's,
-   * and no other data file beside them.
+   * `manifestOwned`: whether this user owns the manifest file) serves the subplan of `key`, whose
+   * result has `schema` (JSON) in `format`, for `user`. Checked in order: format, owner, shape, key (a
+   * different key of the same shape is the same plan over changed sources), canonical forms and
+   * fingerprints, schema, and every listed file: where memphis writes it, present with its bytes and
+   * modification time, this user's, and no other data file beside them. (A checksum is the reader's
+   * to check, on the bytes it reads.)
    */
-  def verdict(m: Manifest, key: LineageKey, output: Seq[Attribute], user: String, shared: Boolean,
+  def verdict(m: Manifest, key: LineageKey, format: String, schema: String, user: String, shared: Boolean,
       manifestOwned: Boolean, seen: Map[String, FileSeen]): Verdict = {
     lazy val listed = m.files.map(_.path).toSet
     lazy val beside = seen.keys.filter(p => m.dataFolders.contains(p.takeWhile(_ != '/')) && !listed.contains(p))
-    if (m.format != Format) Refused(s"format ${m.format}, not $Format", remove = false)
+    if (m.format != format) Refused(s"format ${m.format}, not $format", remove = false)
     else if (!shared && (m.owner != user || !manifestOwned)) {
       Refused(s"written for ${m.owner}${if (manifestOwned) "" else ", in a file another user owns"}, not $user", remove = false)
     } else if (m.shape != key.shapeHash) Refused(s"shape ${m.shape} in the folder of ${key.shapeHash}", remove = true)
     else if (m.key != key.hash) Stale(s"written for key ${m.key}: a source of the subplan changed since")
     else if (m.lineage != lineageOf(key)) Refused("its canonical forms or fingerprints differ from the subplan's (hash collision or tampering)", remove = true)
-    else if (m.schema != schemaOf(output).json) Refused("its schema differs from the subplan's output", remove = true)
+    else if (m.schema != schema) Refused("its schema differs from the subplan's output", remove = true)
     else if (m.files.isEmpty || m.dataFolders.size != 1) Refused("it lists no data files, or files in several folders", remove = true)
     else m.files.collectFirst {
       case f if !SafePath.pattern.matcher(f.path).matches() => s"file ${f.path} is not where memphis writes data"

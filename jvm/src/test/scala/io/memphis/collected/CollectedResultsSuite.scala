@@ -181,7 +181,7 @@ class CollectedResultsSuite extends AnyFunSuite with LocalSessions {
   private def rows(n: Int): Array[InternalRow] = Array.tabulate(n)(i => InternalRow(i.toLong))
 
   private def request(k: LineageKey, maxBytes: Long = 1L << 20, planned: Long = System.currentTimeMillis()) =
-    KeepRequest(k.hash, k, Seq(0), Types, maxBytes, planned)
+    KeepRequest(k.hash, k, "ada", Seq(0), Types, maxBytes, planned)
 
   test("kept results: same lineage and types only; bounded by their budget, least value per byte first") {
     val results = new CollectedResults(new CacheStats)

@@ -34,12 +34,25 @@ class DurableEvictionSuite extends AnyFunSuite {
     val cheap = entry(folder, "1", bytes = 1000, costMs = 10)
     val dear = entry(folder, "2", bytes = 1000, costMs = 1000)
     val stats = new CacheStats
-    new DurableEviction(new DurableFiles(new Configuration(), shared = false), stats).pass(new Path(folder.toURI), 1500, now)
+    new DurableEviction(new DurableFiles(new Configuration(), shared = false), stats).pass(Seq(new Path(folder.toURI)), 1500, now)
     assert(stats.get(Counter.DurableEvicted) == 1)
     assert(!new File(cheap, DurableLayout.ManifestName).exists() && new File(dear, DurableLayout.ManifestName).exists())
     assert(cheap.list().count(_.startsWith(DurableLayout.RemovedPrefix)) == 1)
     assert(cheap.list().count(_.startsWith(DurableLayout.DataPrefix)) == 1) // a query may still read it
     assert(stats.get(Counter.DurableCleaned) == 0)
+  }
+
+  test("a user's Spark results and collected rows share one budget") {
+    val user = Files.createTempDirectory("durable-eviction").toFile
+    val spark = new File(user, DurableLayout.SparkFolder)
+    val collected = new File(user, DurableLayout.CollectedFolder)
+    val dearRows = entry(collected, "1", bytes = 1000, costMs = 1000)
+    val cheapParquet = entry(spark, "2", bytes = 1000, costMs = 10)
+    val stats = new CacheStats
+    new DurableEviction(new DurableFiles(new Configuration(), shared = false), stats)
+      .pass(Seq(spark, collected).map(f => new Path(f.toURI)), 1500, now)
+    assert(stats.get(Counter.DurableEvicted) == 1)
+    assert(!new File(cheapParquet, DurableLayout.ManifestName).exists() && new File(dearRows, DurableLayout.ManifestName).exists())
   }
 
   test("data no manifest lists is deleted once it is old: removed entries' and killed writers'") {
@@ -52,7 +65,7 @@ class DurableEvictionSuite extends AnyFunSuite {
     val removed = entry(folder, "2", bytes = 10, costMs = 10, at = old)
     new File(removed, DurableLayout.ManifestName).renameTo(new File(removed, s"${DurableLayout.RemovedPrefix}$old-x.json"))
     val stats = new CacheStats
-    new DurableEviction(new DurableFiles(new Configuration(), shared = false), stats).pass(new Path(folder.toURI), 1L << 30, now)
+    new DurableEviction(new DurableFiles(new Configuration(), shared = false), stats).pass(Seq(new Path(folder.toURI)), 1L << 30, now)
     assert(!killed.exists() && writing.exists(), "an old folder no manifest lists goes; a young one is a write in progress")
     assert(live.list().count(_.startsWith(DurableLayout.DataPrefix)) == 2) // its own data and the write in progress
     assert(!removed.exists() || removed.list().isEmpty, "the removed entry's manifest and data went after the grace period")

@@ -23,7 +23,7 @@ class DurableManifestSuite extends AnyFunSuite {
 
   private def verdict(m: Manifest = written, k: LineageKey = current, user: String = "ada", shared: Boolean = false,
       manifestOwned: Boolean = true, files: Map[String, FileSeen] = seen): Verdict =
-    Manifest.verdict(m, k, output, user, shared, manifestOwned, files)
+    Manifest.verdict(m, k, Manifest.Format, Manifest.schemaOf(output).json, user, shared, manifestOwned, files)
 
   private def refusal(v: Verdict): (String, Boolean) = v match {
     case Refused(why, remove) => (why, remove)
