@@ -188,8 +188,8 @@ def test_a_new_process_reads_what_the_first_wrote_until_a_source_changes(tmp_pat
 
 
 # Changes to the entry of the shared aggregate (its folder is `entry`), as a broken disk, a careless user
-# or another user would make them. Truncated: its checksum file (Hadoop's local filesystem keeps one) no
-# longer matches; the planted manifest drops it, so that the manifest is read and its owner looked at.
+# or another user would make them. Truncated: no longer a manifest. Planted: a valid manifest naming another
+# owner (its checksum file dropped, where Hadoop kept one), so that it is read and its owner looked at.
 TRUNCATE_MANIFEST = """
 text = open(os.path.join(entry, 'manifest.json')).read()
 open(os.path.join(entry, 'manifest.json'), 'w').write(text[:len(text) // 2])
@@ -207,7 +207,8 @@ FOREIGN_MANIFEST = """
 planted = json.load(open(os.path.join(entry, 'manifest.json')))
 planted['owner'] = 'mallory'
 json.dump(planted, open(os.path.join(entry, 'manifest.json'), 'w'))
-os.remove(os.path.join(entry, '.manifest.json.crc'))
+if os.path.exists(os.path.join(entry, '.manifest.json.crc')):
+    os.remove(os.path.join(entry, '.manifest.json.crc'))
 """
 
 FOREIGN_FILE = """

@@ -7,7 +7,7 @@ import org.apache.hadoop.fs.{FileStatus, Path}
 
 /**
  * Keeps a user's durable folders within their byte budget and deletes what no reader can need;
- * runs on the tier's one thread after each write, so this process never runs two at once.
+ * runs on the tier's one thread after writes, so this process never runs two at once.
  *
  * Several processes may run it at once: an entry is removed by renaming its manifest away (one of
  * them wins), and data is deleted only when no manifest and no manifest removed within the grace

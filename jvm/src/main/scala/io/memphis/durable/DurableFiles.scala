@@ -1,7 +1,10 @@
 package io.memphis.durable
 
 import java.io.FileNotFoundException
+import java.nio.ByteBuffer
 import java.nio.charset.StandardCharsets
+import java.nio.file.{Files, Paths, StandardOpenOption}
+import java.nio.file.attribute.{PosixFilePermission, PosixFilePermissions}
 import java.util.UUID
 
 import scala.util.control.NonFatal
@@ -15,13 +18,24 @@ import org.apache.hadoop.fs.permission.FsPermission
  * The durable tier's file operations on any Hadoop filesystem. Unless entries are shared across
  * users, folders are made owner-only (0700) and files owner-only (0600), and on the local
  * filesystem a file is trusted only when this process's user owns it (another user could have planted it).
+ *
+ * On the local filesystem, folders, files and permissions are made through java.nio: without
+ * Hadoop's native library (pyspark ships none) its local filesystem starts a `chmod` process for every
+ * permission it sets, about 5 ms each, a dozen per entry written.
  */
 final class DurableFiles(hadoopConf: Configuration, shared: Boolean) {
   private def fs(p: Path): FileSystem = p.getFileSystem(hadoopConf)
 
+  /** The local file of `p`, when its filesystem is the local one (its paths are qualified: the tier's root is). */
+  private def local(p: Path): Option[java.nio.file.Path] =
+    if (fs(p).getScheme == "file") Some(Paths.get(p.toUri.getPath)) else None
+
   /** Makes `folder` and its parents up to `below` (exclusive), owner-only unless shared. */
   def makeFolder(folder: Path, below: Path): Unit = {
-    fs(folder).mkdirs(folder)
+    local(folder) match {
+      case Some(f) => Files.createDirectories(f)
+      case None => fs(folder).mkdirs(folder)
+    }
     var p = folder
     while (p != null && p != below) {
       makePrivate(p, DurableFiles.FolderMode)
@@ -40,7 +54,7 @@ final class DurableFiles(hadoopConf: Configuration, shared: Boolean) {
   }
 
   private def makePrivate(p: Path, mode: Short): Unit = if (!shared) {
-    try fs(p).setPermission(p, new FsPermission(mode))
+    try local(p).fold(fs(p).setPermission(p, new FsPermission(mode)))(f => Files.setPosixFilePermissions(f, DurableFiles.posix(mode)))
     catch { case NonFatal(e) => CacheStats.log.debug(s"memphis: could not make $p owner-only: $e") }
   }
 
@@ -48,10 +62,16 @@ final class DurableFiles(hadoopConf: Configuration, shared: Boolean) {
   def writeNew(p: Path, text: String): Unit = writeNew(p, text.getBytes(StandardCharsets.UTF_8))
 
   /** Writes `bytes` to a new file `p` (failing if it exists), owner-only unless shared. */
-  def writeNew(p: Path, bytes: Array[Byte]): Unit = {
-    val out = fs(p).create(p, false)
-    try out.write(bytes) finally out.close()
-    makePrivate(p, DurableFiles.FileMode)
+  def writeNew(p: Path, bytes: Array[Byte]): Unit = local(p) match {
+    case Some(f) => // created owner-only, never readable by others for a moment
+      val options = java.util.EnumSet.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)
+      val out = if (shared) Files.newByteChannel(f, options)
+        else Files.newByteChannel(f, options, PosixFilePermissions.asFileAttribute(DurableFiles.posix(DurableFiles.FileMode)))
+      try out.write(ByteBuffer.wrap(bytes)) finally out.close()
+    case None =>
+      val out = fs(p).create(p, false)
+      try out.write(bytes) finally out.close()
+      makePrivate(p, DurableFiles.FileMode)
   }
 
   /** The text of `p`, if it is at most `maxBytes` long; None when it does not exist. */
@@ -101,4 +121,7 @@ final class DurableFiles(hadoopConf: Configuration, shared: Boolean) {
 object DurableFiles {
   val FolderMode: Short = Integer.parseInt("700", 8).toShort
   val FileMode: Short = Integer.parseInt("600", 8).toShort
+
+  private def posix(mode: Short): java.util.Set[PosixFilePermission] =
+    PosixFilePermissions.fromString(new FsPermission(mode).toString)
 }

@@ -27,8 +27,8 @@ import org.apache.spark.sql.types.DataType
  * by [[DurableWriter]] on this tier's one background thread, from the cached relation; the
  * manifest is committed last. Read: at planning, by [[DurableReadRule]] through [[lookup]], which
  * trusts an entry only when its manifest matches the subplan's key, canonical forms, fresh source
- * fingerprints and output, and its files are there as written. Bounded: [[DurableEviction]] after
- * each write. Never raises into a query: a failure is counted, logged, and the query computes.
+ * fingerprints and output, and its files are there as written. Bounded: [[DurableEviction]] when
+ * the write queue empties, or every [[DurableTier.WritesPerPass]] writes. Never raises into a query: a failure is counted, logged, and the query computes.
  */
 final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   /** The qualified root, or None when the tier is off (the default folder unusable counts as off, with a warning). */
@@ -71,6 +71,9 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
     pool.allowCoreThreadTimeOut(true)
     pool
   }
+
+  /** Writes since the last eviction pass: read and written on `worker` only. */
+  private var writesSincePass = 0
 
   /** Writes queued or running: a level `memphis_stats()` shows, so that a caller can wait for them. */
   private val pending = new AtomicInteger
@@ -124,7 +127,12 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
               case Left(rows) => writer.writeRows(folder, rows, why)
               case Right((s, result)) => writer.write(s, folder, result, why)
             }
-            eviction.pass(Seq(folderOf(owner), collectedFolderOf(owner)).flatten, maxBytes, System.currentTimeMillis())
+            writesSincePass += 1
+            // A pass reads every manifest of the user: one after a burst of writes, not one per write.
+            if (pending.get == 1 || writesSincePass >= DurableTier.WritesPerPass) {
+              writesSincePass = 0
+              eviction.pass(Seq(folderOf(owner), collectedFolderOf(owner)).flatten, maxBytes, System.currentTimeMillis())
+            }
           } catch {
             case NonFatal(t) =>
               CacheStats.log.warn(s"memphis: durable write of ${key.hash} failed: $t")
@@ -236,6 +244,9 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
 }
 
 object DurableTier {
+  /** The most writes between two eviction passes, when writes keep coming. */
+  val WritesPerPass = 16
+
   /** Larger files in a manifest's place are not read (a manifest of a deep plan takes tens of kilobytes). */
   val MaxManifestBytes: Long = 64L << 20
 
