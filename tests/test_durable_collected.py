@@ -76,3 +76,44 @@ def test_collected_rows_serve_a_new_process_without_a_job_until_a_source_changes
     step = fourth["steps"][0]
     assert step["moved"]["durable_refused"] >= 3 and all(r["jobs"] > 0 for r in step["runs"])
     assert fourth["steps"][0]["answers"] == third["steps"][0]["answers"]
+
+
+# One process: memphis.collect of an aggregate (its job counted), the driver's durable writes waited
+# for, then the answer with memphis off.
+COLLECT_APP = r"""
+import json, sys
+import memphis, memphis.local
+from pyspark.sql import functions as F
+
+args = json.loads(sys.argv[1])
+spark = memphis.session("local[2]", app_name="memphis-durable-collect", **args["confs"])
+memphis.local.configure(durable_dir=args["durable"], min_cost_s=0.0)
+sc = spark.sparkContext
+df = spark.read.parquet(args["source"]).groupBy("k").agg(F.sum("v").alias("total"), F.count("*").alias("n"))
+sc.setJobGroup("collect", "collect")
+table = memphis.collect(df)
+jobs = len(sc.statusTracker().getJobIdsForGroup("collect"))
+memphis.local.tier().durable.flush()
+spark.conf.set("spark.memphis.enabled", "false")
+print(json.dumps({"rows": sorted(map(list, table.to_pandas().itertuples(index=False))),
+                  "plain": sorted(map(list, df.collect())), "jobs": jobs, **memphis.local.stats()}))
+"""
+
+
+@pytest.mark.slow
+def test_a_collected_table_serves_a_new_process_without_a_job_until_a_source_changes(tmp_path):
+    sales, durable = write_sales(tmp_path / "sales"), tmp_path / "durable"
+
+    def run():
+        args = {"confs": confs(durable), "durable": str(durable), "source": sales}
+        out = run_python(COLLECT_APP, json.dumps(args))
+        assert out["rows"] == out["plain"]
+        return out
+
+    first = run()
+    assert first["jobs"] > 0 and first["durable_writes"] == 1
+    second = run()  # a restarted notebook: the table is read from the driver's durable tier
+    assert second["jobs"] == 0 and second["durable_hits"] == 1 and second["rows"] == first["rows"]
+    shutil.copy(os.path.join(sales, "part-0.parquet"), os.path.join(sales, "part-1.parquet"))
+    third = run()  # another key: collected from Spark
+    assert third["jobs"] > 0 and third["durable_hits"] == 0 and third["rows"] != first["rows"]

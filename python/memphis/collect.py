@@ -18,7 +18,9 @@ def collect(df, *, device: str = "host", prefetch: bool = False, as_: str = "arr
     The result is fetched through Arrow (``df.toArrow()``, or its equal on pyspark 3.5) and held in
     the host tier under the DataFrame's JVM lineage key (:func:`memphis.lineage_key`) and its column
     names and types (the key ignores aliases): collecting the same data again, through any
-    DataFrame with that key, runs no Spark job. A changed source (a file added, a table written)
+    DataFrame with that key, runs no Spark job. When collecting took longer than writing and
+    reading the table back, it is kept in the durable tier too (:func:`memphis.local.configure`),
+    so that a new process (a restarted notebook) collects it without a Spark job. A changed source (a file added, a table written)
     changes the key, so it is collected fresh. Threads asking for a key being collected wait for
     that one collection. A DataFrame without a key (unseeded ``rand()``, an unknown source) is
     collected every time and counted as ``refused`` in :func:`memphis.local.stats`.
@@ -91,7 +93,9 @@ def _table(df, item=None):
     item = item or _collect_item(df)
     if item is None:
         return to_arrow(df)
-    return default.host().get_or_compute(item.key, lambda: to_arrow(df), item=item)
+    # durable: the key (JVM lineage key, schema) means the same in every process, and its sources'
+    # fingerprints are taken afresh, so a later process may read the table instead of running Spark.
+    return default.host().get_or_compute(item.key, lambda: to_arrow(df), item=item, durable=True)
 
 
 def _on_gpu(df, as_: str):
