@@ -24,8 +24,9 @@ final class KeptResult(val id: String, val key: LineageKey, val types: Seq[DataT
 
 /**
  * What a query's collect is to keep ([[KeepResult]]): the subplan its rows stand for (`id`, `key`),
- * the user whose query it is (`owner`), where that subplan's columns are in the rows the query returns (`ordinals`, their `types`), the
- * largest result to keep (`collected.maxBytes`), and when the query was planned.
+ * the user whose query it is (`owner`), where that subplan's columns are in the rows the query
+ * returns (`ordinals`, their `types`), the largest result to keep (`collected.maxBytes`), and when
+ * the query was planned.
  */
 final case class KeepRequest(id: String, key: LineageKey, owner: String, ordinals: Seq[Int], types: Seq[DataType],
     maxBytes: Long, plannedMs: Long) {

@@ -59,6 +59,8 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   // `worker`, one at a time: this process never runs two at once. Other processes may: see
   // [[DurableEviction]] and [[DurableWriter]] for why that is safe.
   private val offered = mutable.Set.empty[String]
+  // `listed` (folder -> when it was listed, the shapes in it) changes only under this object's lock too.
+  private val listed = mutable.Map.empty[Path, (Long, Set[String])]
   // One thread, gone after a minute idle: a context stopped and another started leaves no thread behind.
   private lazy val worker: ThreadPoolExecutor = {
     val pool = new ThreadPoolExecutor(1, 1, 60, TimeUnit.SECONDS, new LinkedBlockingQueue[Runnable], new ThreadFactory {
@@ -127,6 +129,7 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
               case Left(rows) => writer.writeRows(folder, rows, why)
               case Right((s, result)) => writer.write(s, folder, result, why)
             }
+            synchronized(listed.clear())
             writesSincePass += 1
             // A pass reads every manifest of the user: one after a burst of writes, not one per write.
             if (pending.get == 1 || writesSincePass >= DurableTier.WritesPerPass) {
@@ -147,12 +150,22 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   /** The shapes of `user`'s collected rows: one listing, which a query makes once. */
   def collectedShapes(user: String): Set[String] = shapesIn(collectedFolderOf(user))
 
+  /**
+   * The shapes in `folder`, listed at most once per [[DurableTier.ListingMs]] (queries plan one after
+   * another; an entry another process commits is seen that much later, a removed one is a miss at
+   * lookup); listed afresh after this process writes, removes or clears.
+   */
   private def shapesIn(folder: Option[Path]): Set[String] = folder.fold(Set.empty[String]) { folder =>
-    try files.list(folder).filter(_.isDirectory).map(_.getPath.getName).toSet
-    catch {
-      case NonFatal(e) =>
-        CacheStats.log.debug(s"memphis: could not list the durable tier's $folder: $e")
-        Set.empty
+    val now = System.currentTimeMillis()
+    synchronized(listed.get(folder)).filter(l => now - l._1 < DurableTier.ListingMs).map(_._2).getOrElse {
+      val shapes = try files.list(folder).filter(_.isDirectory).map(_.getPath.getName).toSet
+      catch {
+        case NonFatal(e) =>
+          CacheStats.log.debug(s"memphis: could not list the durable tier's $folder: $e")
+          Set.empty[String]
+      }
+      synchronized(listed(folder) = now -> shapes)
+      shapes
     }
   }
 
@@ -191,7 +204,10 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
     val manifestPath = new Path(entry, DurableLayout.ManifestName)
     def remove(): Boolean = {
       val removed = files.removeEntry(entry, System.currentTimeMillis())
-      if (removed) synchronized(offered -= s"$folder/${key.hash}") // written again when materialized again
+      if (removed) synchronized { // written again when materialized again
+        offered -= s"$folder/${key.hash}"
+        listed.clear()
+      }
       removed
     }
     try files.manifest(manifestPath).flatMap { manifest =>
@@ -238,12 +254,18 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   /** Deletes `user`'s entries (`memphis.clear(spark, durable=True)`): they are asked for writing again. */
   def clear(user: String): Unit = Seq(folderOf(user), collectedFolderOf(user)).flatten.foreach { folder =>
     files.delete(folder)
-    synchronized(offered.clear())
+    synchronized {
+      offered.clear()
+      listed.clear()
+    }
     CacheStats.log.debug(s"memphis: deleted the durable tier's $folder")
   }
 }
 
 object DurableTier {
+  /** How long a listing of a user's folder serves the queries planned after it. */
+  val ListingMs = 1000L
+
   /** The most writes between two eviction passes, when writes keep coming. */
   val WritesPerPass = 16
 
