@@ -112,3 +112,31 @@ def test_kept_rows_serve_a_subquery(fresh):
     on = sorted(spark.sql(query).collect())
     assert changed(before, counters(spark))["results_reused"] == 1, "the scalar subquery reads the kept average"
     assert on == memphis_off(spark, lambda: sorted(spark.sql(query).collect())) and len(on) == 5
+
+
+def test_ordered_questions_over_kept_rows_are_sorted_on_the_driver(fresh):
+    spark = fresh
+    # The mark that keeps a query's rows leaves Spark's plan for an ordered limit at the root: no global sort.
+    top = spark.range(300).groupBy((F.col("id") % 11).alias("k")).count().orderBy(F.desc("count"), "k").limit(3)
+    assert top.collect() == memphis_off(spark, top.collect)
+    plan = top._jdf.queryExecution().executedPlan().toString()
+    assert "KeepResult memphis" in plan and "TakeOrderedAndProject" in plan
+    # Per group, a maximum that is null for one group and NaN for another: Spark's orderings of both.
+    x = F.when(F.col("id") % 23 == 3, F.lit(None)).when(F.col("id") % 23 == 5, F.lit(float("nan"))) \
+        .otherwise((F.col("id") % 7).cast("double"))
+    groups = spark.range(400).select((F.col("id") % 23).alias("k"), x.alias("x")) \
+        .groupBy("k").agg(F.max("x").alias("x"), F.count("*").alias("n"))
+    questions = {"nulls first": lambda: groups.orderBy("x", "k"),
+                 "descending, nulls last": lambda: groups.orderBy(F.desc_nulls_last("x"), F.desc("k")),
+                 "limited": lambda: groups.orderBy("n", "k").limit(5),
+                 "projected": lambda: groups.orderBy("k").select("x")}
+    plain = {name: repr(memphis_off(spark, question().collect)) for name, question in questions.items()}
+    groups.collect()  # kept
+    before = counters(spark)
+    for name, question in questions.items():
+        asked = question()
+        answer, jobs = in_job_group(spark, f"ordered-{name}", asked.collect)
+        assert repr(answer) == plain[name], name
+        assert jobs == [], f"{name}: the kept rows are sorted on the driver"
+        assert "ordered by" in asked._jdf.queryExecution().optimizedPlan().toString(), name
+    assert changed(before, counters(spark))["results_reused"] == len(questions)

@@ -1,7 +1,7 @@
 package io.memphis
 
 import io.memphis.checkpoint.CheckpointRule
-import io.memphis.collected.{CollectedResultRule, KeepResultRule, KeepResultStrategy}
+import io.memphis.collected.{CollectedResultRule, KeepResultRule, KeepResultStrategy, SortCollectedRows}
 import io.memphis.durable.DurableReadRule
 import io.memphis.lineage.ServedSubplanStrategy
 import io.memphis.reuse.{BroadcastReuseRule, RemoveOwnerMarks, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
@@ -33,6 +33,7 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     extensions.injectPlannerStrategy(_ => ServedSubplanStrategy)
     extensions.injectPlannerStrategy(_ => KeepResultStrategy)
     extensions.injectOptimizerRule(_ => RemoveOwnerMarks)
+    extensions.injectOptimizerRule(_ => SortCollectedRows)
     // The shuffle a first occurrence keeps, and its reuse when the second occurrence is persisted.
     extensions.injectPlannerStrategy(_ => RetainShuffleStrategy)
     extensions.injectQueryStagePrepRule(_ => new ShuffleReuseRule(asQueryStage = true))

@@ -5,7 +5,7 @@ import java.util.IdentityHashMap
 import scala.collection.mutable
 
 import io.memphis.cache.ReusePolicy.{Candidate, Past}
-import io.memphis.lineage.LineageKey
+import io.memphis.lineage.{LineageKey, ServedSubplan}
 import io.memphis.reuse.{CacheEntry, EntryState, OwnerMark}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{OuterReference, PythonUDF, SubqueryExpression}
@@ -124,6 +124,8 @@ object QueryCandidates {
    */
   def isCandidate(subplan: LogicalPlan, root: LogicalPlan): Boolean = subplan match {
     case _: Command => false
+    // Rows a query collected, sorted: the driver sorts them (SortCollectedRows).
+    case s: Sort if s.global && (s.child match { case served: ServedSubplan => served.child.isInstanceOf[LocalRelation]; case _ => false }) => false
     case _: Aggregate | _: Join | _: Window | _: Sort | _: Distinct | _: Deduplicate | _: Generate => true
     case l: LogicalRelation => l.relation match {
       case fs: HadoopFsRelation => Set("CSVFileFormat", "JsonFileFormat").contains(fs.fileFormat.getClass.getSimpleName)

@@ -6,14 +6,17 @@ import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
 /**
  * A subplan served from the rows an earlier query collected ([[CollectedResults]]): a local relation
  * of those rows (`child`), with the subplan's output, under this node, which says what it stands
- * for ([[ServedSubplan]]). It shows in the optimized plan (`explain(true)`) as `CollectedResult memphis <key>`.
+ * for ([[ServedSubplan]]). It shows in the optimized plan (`explain(true)`) as `CollectedResult memphis <key>`,
+ * followed by the order of its rows (`orderedBy`, text) when a sort above it was done on the driver
+ * ([[SortCollectedRows]]).
  */
-final case class CollectedResult(hash: String, rowCount: Int, child: LogicalPlan)(val standsForKey: LineageKey,
-    val replaced: LogicalPlan) extends ServedSubplan {
+final case class CollectedResult(hash: String, rowCount: Int, child: LogicalPlan, orderedBy: String = "")(
+    val standsForKey: LineageKey, val replaced: LogicalPlan) extends ServedSubplan {
   override protected def otherCopyArgs: Seq[AnyRef] = Seq(standsForKey, replaced)
   override protected def withNewChildInternal(newChild: LogicalPlan): CollectedResult =
     copy(child = newChild)(standsForKey, replaced)
-  override protected def stringArgs: Iterator[Any] = Iterator(s"memphis $hash", s"$rowCount rows")
+  override protected def stringArgs: Iterator[Any] =
+    Iterator(s"memphis $hash", s"$rowCount rows") ++ Some(orderedBy).filter(_.nonEmpty).map("ordered by " + _)
 }
 
 object CollectedResult {

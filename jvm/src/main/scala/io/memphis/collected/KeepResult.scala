@@ -6,7 +6,7 @@ import io.memphis.{CacheStats, LineageCache}
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, SortOrder}
-import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, ReturnAnswer, UnaryNode}
 import org.apache.spark.sql.catalyst.plans.physical.Partitioning
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
 import org.apache.spark.sql.internal.SQLConf
@@ -61,9 +61,14 @@ final case class KeepResultExec(request: KeepRequest, child: SparkPlan) extends 
   override protected def withNewChildInternal(newChild: SparkPlan): KeepResultExec = copy(child = newChild)
 }
 
-/** Plans the mark (adaptive re-planning included). */
+/**
+ * Plans the mark (adaptive re-planning included). The mark sits at the query's root, where Spark plans
+ * a limit (with its ordering) to take rows without a global sort or shuffle (its `SpecialLimits`): its
+ * child is planned as that root, so that the mark changes no plan.
+ */
 object KeepResultStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
+    case ReturnAnswer(KeepResult(request, child)) => KeepResultExec(request, planLater(ReturnAnswer(child))) :: Nil
     case KeepResult(request, child) => KeepResultExec(request, planLater(child)) :: Nil
     case _ => Nil
   }
