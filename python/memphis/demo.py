@@ -52,21 +52,25 @@ def sales_and_customers(spark, path: str, cache=lambda df: df):
     return sales, per_customer
 
 
-def explore(spark, path: str, cache=lambda df: df) -> list:
-    """A data scientist's session: the same per-customer aggregate looked at from several sides."""
+def exploration_questions(spark, path: str, cache=lambda df: df) -> list:
+    """The DataFrames of a data scientist's session: the same per-customer aggregate looked at from several sides."""
     sales, per_customer = sales_and_customers(spark, path, cache)
     per_region = cache(per_customer.groupBy("region").agg(
         F.sum("revenue").alias("region_revenue"), F.count("*").alias("customers")))
-    answers = [
-        per_region.orderBy("region").collect(),
-        per_customer.orderBy(F.desc("revenue"), "customer", "region").limit(10).collect(),
-        per_customer.where(F.col("orders") >= 20).groupBy("region").count().orderBy("region").collect(),
+    return [
+        per_region.orderBy("region"),
+        per_customer.orderBy(F.desc("revenue"), "customer", "region").limit(10),
+        per_customer.where(F.col("orders") >= 20).groupBy("region").count().orderBy("region"),
         per_customer.join(per_region, "region")
         .where(F.col("revenue") * F.col("customers") > F.col("region_revenue") * 2)
-        .groupBy("region").count().orderBy("region").collect(),
-        sales.groupBy("region").agg(F.countDistinct("product").alias("products")).orderBy("region").collect(),
+        .groupBy("region").count().orderBy("region"),
+        sales.groupBy("region").agg(F.countDistinct("product").alias("products")).orderBy("region"),
     ]
-    return [[tuple(row) for row in rows] for rows in answers]
+
+
+def explore(spark, path: str, cache=lambda df: df) -> list:
+    """The exploration's answers, each question collected in turn."""
+    return [[tuple(row) for row in question.collect()] for question in exploration_questions(spark, path, cache)]
 
 
 def features(spark, path: str):
