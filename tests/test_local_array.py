@@ -191,7 +191,10 @@ def test_a_raw_array_changed_in_place_is_computed_fresh(local_tier):
 
 
 def test_work_on_a_large_fresh_array_starts_while_it_is_hashed(local_tier, monkeypatch):
+    from memphis.backends import numpy_backend
     from memphis.tracing import lineage
+
+    monkeypatch.setattr(numpy_backend, "blas_threads", lambda: numpy_backend.cores() - 1)  # a core to hash on
 
     # Below the threshold the hash is computed at wrap time; from it on, when the key is first needed.
     X = np.random.default_rng(3).standard_normal((4000, 50))  # 1.6 MB
@@ -218,6 +221,13 @@ def test_work_on_a_large_fresh_array_starts_while_it_is_hashed(local_tier, monke
     other = memphis.array(changed)
     np.testing.assert_allclose((other.T @ other).numpy(), changed.T @ changed, rtol=1e-12)
     assert ml.stats()["computed"] - after["computed"] == 1  # different content: never the cached one
+
+    # BLAS on every core: hashing beside a product would leave its threads short of cores, so nothing starts early.
+    monkeypatch.setattr(numpy_backend, "blas_threads", numpy_backend.cores)
+    before = ml.stats()
+    fresh = memphis.array(X * 2)
+    np.testing.assert_allclose((fresh.T @ fresh).numpy(), 4 * (X.T @ X), rtol=1e-12)
+    assert ml.stats()["started_early"] == before["started_early"] and ml.stats()["computed"] - before["computed"] == 1
 
 
 def test_the_transpose_of_a_traced_array_is_made_once_and_keys_as_np_transpose(local_tier):

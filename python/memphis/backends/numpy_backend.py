@@ -1,5 +1,7 @@
 """What memphis needs to know about numpy arrays; device arrays have device_backend beside it."""
+import functools
 import mmap
+import os
 import sys
 import threading
 import time
@@ -10,6 +12,31 @@ import xxhash
 ARRAY_TYPES = (np.ndarray,)
 # A non-contiguous array is hashed in C-order blocks of about this size: bounded extra memory.
 HASH_BLOCK_BYTES = 8 << 20
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=None)
+def blas_threads() -> int:
+    """The threads numpy's BLAS runs a product on, as this process first asks: threadpoolctl's answer
+    where it is installed, else the usual environment variables, else one per core (OpenBLAS's and
+    MKL's default)."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        found = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+        if found:
+            return max(found)
+    except Exception:  # not installed, or a library it cannot read: the variables below
+        pass
+    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return cores()
 
 
 def _bytes_of(block: np.ndarray) -> np.ndarray:
