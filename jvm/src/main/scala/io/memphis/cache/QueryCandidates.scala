@@ -124,8 +124,7 @@ object QueryCandidates {
    */
   def isCandidate(subplan: LogicalPlan, root: LogicalPlan): Boolean = subplan match {
     case _: Command => false
-    // Rows a query collected, sorted: the driver sorts them (SortCollectedRows).
-    case s: Sort if s.global && (s.child match { case served: ServedSubplan => served.child.isInstanceOf[LocalRelation]; case _ => false }) => false
+    case s: Sort if s.global && heldOnDriver(s.child) => false // the driver sorts them (SortCollectedRows)
     case _: Aggregate | _: Join | _: Window | _: Sort | _: Distinct | _: Deduplicate | _: Generate => true
     case l: LogicalRelation => l.relation match {
       case fs: HadoopFsRelation => Set("CSVFileFormat", "JsonFileFormat").contains(fs.fileFormat.getClass.getSimpleName)
@@ -134,6 +133,12 @@ object QueryCandidates {
     case p if PythonOperators.contains(p.nodeName) => true
     case p if p.expressions.exists(_.exists(_.isInstanceOf[PythonUDF])) => true
     case p => (p eq root) && !p.isInstanceOf[LeafNode] && p.exists(c => (c ne p) && isCandidate(c, root))
+  }
+
+  /** A subplan served from rows the driver holds (a query collected them). */
+  private def heldOnDriver(p: LogicalPlan): Boolean = p match {
+    case served: ServedSubplan => served.child.isInstanceOf[LocalRelation]
+    case _ => false
   }
 
   /**
