@@ -5,6 +5,7 @@ import org.apache.spark.sql.catalyst.expressions.{AttributeReference, Interprete
 import org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Sort}
 import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.catalyst.trees.TreePattern.{LOCAL_RELATION, SORT}
 
 /**
  * An optimizer rule: a global sort of a [[CollectedResult]]'s rows is done on the driver, which holds
@@ -20,7 +21,9 @@ import org.apache.spark.sql.catalyst.rules.Rule
  * non-deterministic), with Spark's own ordering (nulls and NaN as Spark sorts them).
  */
 object SortCollectedRows extends Rule[LogicalPlan] {
-  override def apply(plan: LogicalPlan): LogicalPlan = plan.transformUp {
+  // It runs on every query's optimization: the tree's pattern bits (kept per node) skip plans with no
+  // sort over a local relation without visiting them.
+  override def apply(plan: LogicalPlan): LogicalPlan = plan.transformUpWithPruning(_.containsAllPatterns(SORT, LOCAL_RELATION)) {
     case sort: Sort if sort.global && evaluable(sort.order) => sort.child match {
       // Column pruning may have put a projection over its rows that Spark evaluates later: done here first.
       case served: CollectedResult => ConvertToLocalRelation(served.child) match {
