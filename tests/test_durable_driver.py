@@ -265,7 +265,7 @@ def payload_flipped(path):
 def another_version(path):
     with open(path, "r+b") as f:
         f.seek(6)
-        f.write(b"\x00\x02")
+        f.write(bytes([durable_module.MAGIC[6], durable_module.MAGIC[7] + 1]))
 
 
 def owner_field(path):

@@ -142,7 +142,9 @@ class HostTier:
         # One lock guards everything below. Invariants while it is free: bytes_held is the sum of the
         # sizes of CACHED entries and never above max_bytes; a COMPUTING entry has an owner thread and
         # no value; a SPILLED entry has no value and its file is in self.disk.
-        self._cond = threading.Condition()
+        # _lock is _cond's own lock, taken directly on the hot paths (a Condition's `with` runs in Python).
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._entries = {}
         self._history = collections.OrderedDict()  # dropped key -> its hits + misses
         self.bytes_held = 0
@@ -251,7 +253,7 @@ class HostTier:
         both compute it, which costs less than making one wait. Any other operation goes through
         :meth:`get_or_compute` (one thread computes it, the others wait), kept by the same rule.
         """
-        with self._cond:
+        with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.state is State.CACHED and (entry.item is None or entry.item == item):
                 return hand_out(self._hit(entry)), entry.item
@@ -261,7 +263,7 @@ class HostTier:
         if expected is None or expected[1] is None or \
                 expected[0] >= self.worth_caching_s(expected[1], computed + 1):
             value = self.get_or_compute(key, compute, item=item, min_cost_s=None, signature=signature, durable=True)
-            with self._cond:
+            with self._lock:
                 entry = self._entries.get(key)
                 return value, entry.item if entry is not None and entry.state is not State.COMPUTING else None
         start = time.perf_counter()
@@ -269,9 +271,10 @@ class HostTier:
         cost = time.perf_counter() - start
         size = size_of(value)
         self._learn(signature, cost, size)
-        with self._cond:
-            self._counts["misses"] += 1
-            self._counts["computed"] += 1
+        with self._lock:
+            counts = self._counts
+            counts["misses"] += 1
+            counts["computed"] += 1
             if size is None or cost < self.worth_caching_s(size, computed + 1):
                 remember(self._history, key, computed + 1)
                 return value, None

@@ -30,6 +30,24 @@ def _unwrap(value, device=None):
     return value
 
 
+def _call(function, args, kwargs, device=None):
+    """``function`` applied to the plain values of ``args`` and ``kwargs`` (see _unwrap); the common
+    call (traced arrays and plain values on the host, no keywords) first: this runs for every traced call."""
+    if device is None and not kwargs:
+        values = []
+        for value in args:
+            if type(value) is TracedArray:
+                value = value._value
+            elif type(value) in _CONTAINERS or isinstance(value, TracedArray):
+                value = _unwrap(value)
+            values.append(value)
+        return function(*values)
+    return function(*_unwrap(args, device), **_unwrap(kwargs, device))
+
+
+_CONTAINERS = (tuple, list, dict)
+
+
 def run(item: LineageItem, compute, *, view: bool = False, device=None, shapes_of=()):
     """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage.
 
@@ -98,7 +116,8 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             item = ufunc_item(ufunc, method, inputs, kwargs)
         except Untraceable as why:
             return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
-        compute = lambda: getattr(ufunc, method)(*_unwrap(inputs, device), **_unwrap(kwargs, device))  # noqa: E731
+        function = ufunc if method == "__call__" else getattr(ufunc, method)
+        compute = lambda: _call(function, inputs, kwargs, device)  # noqa: E731
         if device is None:
             compute = started_early(item, compute)
         # A held product is a plain hit, which no rewrite can beat (a pending key is not forced here).
@@ -130,7 +149,7 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         except (Untraceable, TypeError) as why:
             return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why)
         view = item.opcode in VIEW_OPCODES
-        compute = lambda: function(*_unwrap(args, device), **_unwrap(kwargs, device))  # noqa: E731
+        compute = lambda: _call(function, args, kwargs, device)  # noqa: E731
         if device is None:
             deferred = _deferred(function, item, args, kwargs, compute)
             if deferred is not None:

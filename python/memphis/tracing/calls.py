@@ -11,7 +11,7 @@ import numpy as np
 from memphis.backends import numpy_backend
 from memphis.tiers.host import State
 from memphis.tiers.runtime import default
-from memphis.tracing.lineage import LineageItem, bounded, encode
+from memphis.tracing.lineage import LineageItem, bounded, encode, head_bytes
 
 log = logging.getLogger("memphis.local")
 
@@ -91,7 +91,7 @@ def trace_item(opcode: str, arguments) -> LineageItem:
     return LineageItem(opcode, inputs=inputs, literals=(literals,))
 
 
-# (function, form of a call) -> (its literals, where its inputs are): a loop calls a traced function
+# (function, form of a call) -> (its literals, where its inputs are, their head_bytes): a loop calls a traced function
 # in the same form again and again (``np.sum(a)``, ``X.T``), so its literals are made once. The form of
 # a call is the type and value of each plain argument as given, and the place of each traced one; a
 # call with any other argument (a raw array, a list, a dtype) is encoded every time. Emptied when full.
@@ -135,9 +135,9 @@ def function_item(function, args, kwargs) -> LineageItem:
     form = _call_form(function, args, kwargs)
     known = _forms.get(form) if form is not None else None
     if known is not None:
-        literals, places = known
+        literals, places, head = known
         inputs = [(args[p] if type(p) is int else kwargs[p]).lineage for p in places]
-        return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=literals)
+        return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=literals, head=head)
     binder = _binder(function)
     arguments = binder.bind(args, kwargs)  # (name, value) pairs, defaults filled in, so a.T == np.transpose(a, None)
     inputs = []
@@ -147,7 +147,8 @@ def function_item(function, args, kwargs) -> LineageItem:
             _forms.clear()
         positions = [binder.index[name] for name, value in arguments
                      if type(getattr(value, "lineage", None)) is LineageItem]
-        _forms[form] = literals, tuple([i if i < len(args) else binder.names[i] for i in positions])
+        _forms[form] = (literals, tuple([i if i < len(args) else binder.names[i] for i in positions]),
+                        head_bytes(TRACED_FUNCTIONS[function], literals))
     return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=literals)
 
 

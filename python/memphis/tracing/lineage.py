@@ -20,7 +20,7 @@ class Untraceable(TypeError):
 class LineageItem:
     """One node of a lineage trace: an opcode, ordered input items, typed literals.
 
-    The hash (128-bit blake2b over opcode, literals and the inputs' hashes) is computed once, when
+    The hash (xxh3-128, as raw arrays' content, over opcode, literals and the inputs' hashes) is computed once, when
     first needed (a large raw array's content hash is computed then too, see ContentDigest);
     ``key`` is its hex form, the key of the cache. Equality is structural: opcode,
     literals and inputs compared recursively, with the hash as pre-filter and identical objects
@@ -37,9 +37,11 @@ class LineageItem:
     True
     """
 
-    __slots__ = ("opcode", "inputs", "literals", "deterministic", "height", "_digest", "__weakref__")
+    __slots__ = ("opcode", "inputs", "literals", "deterministic", "height", "_digest", "_head", "__weakref__")
 
-    def __init__(self, opcode: str, *, inputs=(), literals=(), deterministic: bool = True, digest: bytes = None):
+    def __init__(self, opcode: str, *, inputs=(), literals=(), deterministic: bool = True, digest: bytes = None,
+                 head: bytes = None):
+        """``head``: the bytes of ``(opcode, literals)`` in the hash (see identity), when the caller has them."""
         self.opcode = opcode
         self.inputs = inputs = tuple(inputs)
         self.literals = tuple(literals)
@@ -51,11 +53,12 @@ class LineageItem:
         self.deterministic = deterministic
         self.height = height + 1
         self._digest = digest
+        self._head = head
 
     @property
     def digest(self) -> bytes:
         if self._digest is None:  # two threads may both compute it: same bytes, no harm
-            self._digest = hashlib.blake2b(self.identity(), digest_size=16).digest()
+            self._digest = xxhash.xxh3_128_digest(self.identity())
         return self._digest
 
     def identity(self) -> bytes:
@@ -67,12 +70,12 @@ class LineageItem:
         Examples
         --------
         >>> item = LineageItem("neg", inputs=(LineageItem("leaf"),))
-        >>> hashlib.blake2b(item.identity(), digest_size=16).digest() == item.digest
+        >>> xxhash.xxh3_128_digest(item.identity()) == item.digest
         True
         """
         if self.opcode == "cut":
             return None
-        return _head(self.opcode, self.literals) + b"".join([i.digest for i in self.inputs])
+        return (self._head or head_bytes(self.opcode, self.literals)) + b"".join([i.digest for i in self.inputs])
 
     @property
     def pending(self) -> bool:
@@ -149,7 +152,8 @@ _heads = {}
 MAX_HEADS = 4096
 
 
-def _head(opcode: str, literals: tuple) -> bytes:
+def head_bytes(opcode: str, literals: tuple) -> bytes:
+    """The bytes an item's hash starts with: its opcode and literals (see LineageItem.identity)."""
     if opcode == "array":
         return repr((opcode, literals)).encode()
     found = _heads.get((opcode, literals))
