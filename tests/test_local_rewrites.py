@@ -247,11 +247,17 @@ def test_calls_bind_like_numpy(local_tier, data):
 
 
 def test_a_ufunc_call_keys_as_its_general_encoding(local_tier):
-    a, plain = memphis.array(np.ones(3)), np.arange(3.0)
-    for ufunc, arguments in ((np.add, (a, a)), (np.multiply, (a, 2.0)), (np.subtract, (3, a)),
-                             (np.add, (a, plain)), (np.exp, (a,))):
-        item = calls.ufunc_item(ufunc, "__call__", arguments, {})
-        assert item == calls.trace_item(item.opcode, (tuple(arguments), ())) and item.inputs
+    a, b, plain = memphis.array(np.ones(3)), memphis.array(np.zeros(3)), np.arange(3.0)
+    keys = set()
+    for ufunc, arguments in ((np.add, (a, a)), (np.multiply, (a, 2.0)), (np.subtract, (3, a)), (np.subtract, (a, 3)),
+                             (np.add, (a, plain)), (np.exp, (a,)), (np.add, (a, 1)), (np.add, (a, True)),
+                             (np.add, (a, 1.0)), (np.add, (b, 1)), (np.add, (a, -0.0)), (np.add, (a, 0.0))):
+        general = calls.trace_item("ufunc." + ufunc.__name__, (tuple(arguments), ()))
+        for _ in range(2):  # the second from the memo of its call's form (not for a plain array)
+            item = calls.ufunc_item(ufunc, "__call__", arguments, {})
+            assert item == general and item.key == general.key and item.inputs
+        keys.add(item.key)
+    assert len(keys) == 12  # 1, True and 1.0 (and 0.0 and -0.0) are different literals
 
 
 def test_a_function_call_keys_as_its_general_encoding(local_tier):

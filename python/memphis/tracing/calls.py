@@ -91,8 +91,9 @@ def trace_item(opcode: str, arguments) -> LineageItem:
     return LineageItem(opcode, inputs=inputs, literals=(literals,))
 
 
-# (function, form of a call) -> (its literals, where its inputs are, their head_bytes): a loop calls a traced function
-# in the same form again and again (``np.sum(a)``, ``X.T``), so its literals are made once. The form of
+# (function or (ufunc, method), form of a call) -> (its literals, where its inputs are, head_bytes): a
+# loop calls a traced function in the same form again and again (``np.sum(a)``, ``X.T``, ``a + 1``), so
+# its literals are made and their bytes hashed once. The form of
 # a call is the type and value of each plain argument as given, and the place of each traced one; a
 # call with any other argument (a raw array, a list, a dtype) is encoded every time. Emptied when full.
 _forms = {}
@@ -110,6 +111,12 @@ def _form_of(value):
     if type(getattr(value, "lineage", None)) is LineageItem:
         return _TRACED
     return None
+
+
+def _remember_form(form, literals, places, head):
+    if len(_forms) >= MAX_FORMS:
+        _forms.clear()
+    _forms[form] = literals, tuple(places), head
 
 
 def _call_form(function, args, kwargs):
@@ -143,12 +150,10 @@ def function_item(function, args, kwargs) -> LineageItem:
     inputs = []
     literals = (("tuple", tuple([("tuple", (("str", repr(name)), encode(value, inputs))) for name, value in arguments])),)
     if form is not None and binder.names is not None:
-        if len(_forms) >= MAX_FORMS:
-            _forms.clear()
         positions = [binder.index[name] for name, value in arguments
                      if type(getattr(value, "lineage", None)) is LineageItem]
-        _forms[form] = (literals, tuple([i if i < len(args) else binder.names[i] for i in positions]),
-                        head_bytes(TRACED_FUNCTIONS[function], literals))
+        _remember_form(form, literals, [i if i < len(args) else binder.names[i] for i in positions],
+                       head_bytes(TRACED_FUNCTIONS[function], literals))
     return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=literals)
 
 
@@ -158,6 +163,11 @@ _NO_KEYWORDS = ("tuple", ())
 def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
     opcode = "ufunc." + ufunc.__name__ + ("" if method == "__call__" else "." + method)
     if not kwargs:  # the common call, encoded as trace_item would encode it, without its generality
+        form = _call_form((ufunc, method), inputs, kwargs)
+        known = _forms.get(form) if form is not None else None
+        if known is not None:
+            literals, places, head = known
+            return LineageItem(opcode, inputs=[inputs[p].lineage for p in places], literals=literals, head=head)
         items, parts = [], []
         for value in inputs:
             lineage = getattr(value, "lineage", None)
@@ -166,7 +176,11 @@ def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
                 items.append(lineage)
             else:
                 parts.append(encode(value, items))
-        return LineageItem(opcode, inputs=items, literals=(("tuple", (("tuple", tuple(parts)), _NO_KEYWORDS)),))
+        literals = (("tuple", (("tuple", tuple(parts)), _NO_KEYWORDS)),)
+        if form is not None:
+            _remember_form(form, literals, [i for i, part in enumerate(form[1:]) if part is _TRACED],
+                           head_bytes(opcode, literals))
+        return LineageItem(opcode, inputs=items, literals=literals)
     return trace_item(opcode, (tuple(inputs), tuple(sorted(kwargs.items()))))
 
 
