@@ -106,8 +106,9 @@ def test_spill_files_are_never_unpickled(tmp_path, monkeypatch):
 def test_a_spill_file_holding_pickled_objects_is_refused(tmp_path):
     """Even with a valid header and checksum (someone who can write the directory), an object array
     is not loaded: numpy refuses pickles, and memphis recomputes."""
-    import hashlib
     import io
+
+    import xxhash
 
     from memphis.tiers.disk import MAGIC
 
@@ -117,7 +118,7 @@ def test_a_spill_file_holding_pickled_objects_is_refused(tmp_path):
     np.save(buffer, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
     payload = buffer.getvalue()
     header = (MAGIC + b"npy".ljust(8) + len(payload).to_bytes(8, "little") + bytes.fromhex(key(1))
-              + hashlib.blake2b(payload, digest_size=32).digest())
+              + xxhash.xxh3_128_digest(payload))
     with open(tier.disk.path_of(key(1)), "wb") as f:
         f.write(header + payload)
     got = tier.get_or_compute(key(1), lambda: np.arange(1000.0))
