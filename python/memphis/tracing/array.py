@@ -30,6 +30,9 @@ def _unwrap(value, device=None):
     return value
 
 
+_CONTAINERS = (tuple, list, dict)
+
+
 def _call(function, args, kwargs, device=None):
     """``function`` applied to the plain values of ``args`` and ``kwargs`` (see _unwrap); the common
     call (traced arrays and plain values on the host, no keywords) first: this runs for every traced call."""
@@ -43,9 +46,6 @@ def _call(function, args, kwargs, device=None):
             values.append(value)
         return function(*values)
     return function(*_unwrap(args, device), **_unwrap(kwargs, device))
-
-
-_CONTAINERS = (tuple, list, dict)
 
 
 def run(item: LineageItem, compute, *, view: bool = False, device=None, shapes_of=()):

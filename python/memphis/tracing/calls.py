@@ -92,10 +92,10 @@ def trace_item(opcode: str, arguments) -> LineageItem:
 
 
 # (function or (ufunc, method), form of a call) -> (its literals, where its inputs are, head_bytes): a
-# loop calls a traced function in the same form again and again (``np.sum(a)``, ``X.T``, ``a + 1``), so
-# its literals are made and their bytes hashed once. The form of
-# a call is the type and value of each plain argument as given, and the place of each traced one; a
-# call with any other argument (a raw array, a list, a dtype) is encoded every time. Emptied when full.
+# loop calls a traced function in the same form again and again (``np.sum(a)``, ``X.T``, ``a + 1``),
+# so its literals, and the bytes they put into its hash, are made once. The form of a call is the type
+# and value of each plain argument as given, and the place of each traced one; a call with any other
+# argument (a raw array, a list, a dtype) is encoded every time. Emptied when full.
 _forms = {}
 MAX_FORMS = 4096
 _FORM_TYPES = {type(None), bool, int, str, type(np._NoValue)}  # values that equal only their own literal

@@ -20,8 +20,8 @@ class Untraceable(TypeError):
 class LineageItem:
     """One node of a lineage trace: an opcode, ordered input items, typed literals.
 
-    The hash (xxh3-128, as raw arrays' content, over opcode, literals and the inputs' hashes) is computed once, when
-    first needed (a large raw array's content hash is computed then too, see ContentDigest);
+    The hash (xxh3-128, as of raw arrays' content, over opcode, literals and the inputs' hashes) is
+    computed once, when first needed (a large raw array's content hash is computed then too, see ContentDigest);
     ``key`` is its hex form, the key of the cache. Equality is structural: opcode,
     literals and inputs compared recursively, with the hash as pre-filter and identical objects
     short-cut, so a collision of hashes never makes two different values equal. A ``cut`` item
