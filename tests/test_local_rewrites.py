@@ -212,6 +212,21 @@ def test_a_deferred_array_is_made_once_when_read(local_tier, data):
     assert S.numpy() is S.numpy() and not S.numpy().flags.writeable
 
 
+def test_only_a_plain_transpose_is_read_as_the_left_of_a_crossproduct(local_tier, data):
+    X = data[0]
+    top, bottom = memphis.array(X[:1000]), memphis.array(X[1000:])
+    stacked = np.vstack([top, bottom])
+    top.T @ top, bottom.T @ bottom  # the parts' Grams, cached: a row-stacked Gram is their sum
+    assert calls.is_plain_transpose(stacked.T.lineage) and calls.is_plain_transpose(np.transpose(top, None).lineage)
+    assert not calls.is_plain_transpose(np.transpose(top, (1, 0)).lineage) and not calls.is_plain_transpose(top.lineage)
+    before = ml.stats()["partial_hits"]
+    np.testing.assert_allclose((stacked.T @ stacked).numpy(), X.T @ X, rtol=1e-10)
+    assert ml.stats()["partial_hits"] == before + 1  # summed from the parts
+    # The same transpose spelled with explicit axes is computed as a plain product, with the same answer.
+    np.testing.assert_allclose((np.transpose(stacked, (1, 0)) @ stacked).numpy(), X.T @ X, rtol=1e-10)
+    assert ml.stats()["partial_hits"] == before + 1
+
+
 def test_a_cheap_operation_is_not_kept_and_a_recurring_one_is(data, monkeypatch):
     tier = ml.configure(host_max_bytes=64 << 20, disk_max_bytes=0)
     try:

@@ -3,6 +3,7 @@
 Below traced arrays (array.py) and the partial rewrites (partial.py), which both build on it.
 """
 import concurrent.futures
+import functools
 import inspect
 import logging
 
@@ -187,6 +188,17 @@ def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
 def transpose_item(item: LineageItem) -> LineageItem:
     """The item of ``X.T`` for ``X`` of ``item``."""
     return function_item(np.transpose, (Operand(item),), {})
+
+
+def is_plain_transpose(item: LineageItem) -> bool:
+    """Whether ``item`` is what transpose_item makes of its input (``X.T``, no explicit axes): told by
+    its opcode and literals, without making that item and hashing it (this runs for every product)."""
+    return item.opcode == "transpose" and len(item.inputs) == 1 and item.literals == _plain_transpose_literals()
+
+
+@functools.lru_cache(maxsize=1)
+def _plain_transpose_literals() -> tuple:
+    return transpose_item(LineageItem("leaf")).literals
 
 
 def product_item(left: LineageItem, right: LineageItem) -> LineageItem:

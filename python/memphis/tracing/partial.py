@@ -28,7 +28,8 @@ import numpy as np
 
 from memphis.backends import numpy_backend
 from memphis.tiers.runtime import default
-from memphis.tracing.calls import cached, held, product_item, started_early, trace_item, transpose_item
+from memphis.tracing.calls import (cached, held, is_plain_transpose, product_item, started_early, trace_item,
+                                   transpose_item)
 from memphis.tracing.lineage import LineageItem, encode, literal
 
 log = logging.getLogger("memphis.local")
@@ -221,7 +222,7 @@ def crossproduct(item: LineageItem, left_t, right):
     if left_t.ndim != 2 or right_ndim not in (1, 2) or left_t.lineage.opcode != "transpose":
         return None
     left_item, right_item = left_t.lineage.inputs[0], item.inputs[1]
-    if transpose_item(left_item) != left_t.lineage:
+    if not is_plain_transpose(left_t.lineage):
         return None  # a transpose with explicit axes
     selected = column_selection_product(item, left_item, right)
     if selected is not None:
