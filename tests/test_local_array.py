@@ -230,6 +230,41 @@ def test_work_on_a_large_fresh_array_starts_while_it_is_hashed(local_tier, monke
     assert ml.stats()["started_early"] == before["started_early"] and ml.stats()["computed"] - before["computed"] == 1
 
 
+def test_rewrites_of_fresh_arrays_start_the_products_they_read_while_the_inputs_are_hashed(local_tier, monkeypatch):
+    from memphis.backends import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "blas_threads", lambda: numpy_backend.cores() - 1)  # a core to hash on
+    computed = count_matmuls(monkeypatch)
+    X = np.random.default_rng(4).standard_normal((6000, 40))  # 1.9 MB: hashed when its key is first needed
+    tX = memphis.array(X)
+    columns = list(range(0, 40, 4)) + list(range(39, 17, -1))  # 32 of 40: cut from XᵀX (see column_selection_product)
+    S = tX[:, columns]
+    assert tX.lineage.pending  # noting the selection does not hash its source
+    before = ml.stats()
+    np.testing.assert_allclose((S.T @ S).numpy(), X[:, columns].T @ X[:, columns], rtol=1e-12)
+    after = ml.stats()
+    # XᵀX started while X was hashed, and the selection's Gram cut from it: its own product never started.
+    assert after["started_early"] - before["started_early"] == 1 and len(computed) == 1
+    assert computed == [(tX.T @ tX).lineage.key]
+
+    folds = [memphis.array(part) for part in np.array_split(np.random.default_rng(5).standard_normal((12000, 40)), 3)]  # 1.3 MB each
+    train = np.vstack(folds[:2])
+    before, computed[:] = ml.stats(), []
+    np.testing.assert_allclose((train.T @ train).numpy(), train.numpy().T @ train.numpy(), rtol=1e-10)
+    # Each part's Gram started while that part was hashed; the stacked product was never computed whole.
+    assert ml.stats()["started_early"] - before["started_early"] == 2
+    assert sorted(computed) == sorted((f.T @ f).lineage.key for f in folds[:2])
+
+
+def test_a_column_list_out_of_range_raises_as_numpy_does(local_tier, data):
+    X, _ = data
+    tX = memphis.array(X)
+    for columns in ([0, 30], [-31], np.array([2, 40])):
+        with pytest.raises(IndexError):
+            tX[:, columns]
+    np.testing.assert_array_equal(tX[:, [-1, 0, -30]].numpy(), X[:, [-1, 0, -30]])
+
+
 def test_the_transpose_of_a_traced_array_is_made_once_and_keys_as_np_transpose(local_tier):
     X = memphis.array(np.arange(6.0).reshape(3, 2))
     assert X.T is X.T

@@ -2,7 +2,7 @@ import numpy as np
 
 import memphis
 from memphis.backends import numpy_backend
-from memphis.tracing.lineage import MAX_TRACE_HEIGHT, LineageItem, Untraceable, encode, literal
+from memphis.tracing.lineage import MAX_TRACE_HEIGHT, LineageItem, Untraceable, encode, int_sequence_values, literal
 
 
 def leaf(value):
@@ -15,6 +15,14 @@ def test_equal_structure_gives_equal_items_and_keys():
     assert LineageItem("neg", inputs=(a,)).key == LineageItem("neg", inputs=(b,)).key
     assert LineageItem("neg", inputs=(a,)) != LineageItem("neg", inputs=(leaf(2),))
     assert leaf(1) != leaf(True) and leaf(1.0) != leaf(1)  # literals are typed
+
+
+def test_int_sequences_key_by_their_values_and_their_type():
+    assert leaf([1, 2, 3]) == leaf([1, 2, 3]) and leaf([1, 2, 3]) != leaf((1, 2, 3))
+    assert leaf([1, 2]) != leaf([1, 2, 0]) and leaf([-1]) != leaf([2 ** 64 - 1]) and leaf([2 ** 63]) != leaf([0])
+    assert leaf([1, True]) != leaf([1, 1]) and leaf([1, 2.0]) != leaf([1, 2])  # bools and floats keep their types
+    for value in ([0, -1, 2 ** 63 - 1, -2 ** 63], (5,), [2 ** 70, 1]):
+        assert int_sequence_values(literal(value)) == list(value)
 
 
 def test_a_hash_collision_does_not_make_items_equal():

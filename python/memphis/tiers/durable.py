@@ -21,8 +21,9 @@ from memphis.tiers.disk import (HEADER_BYTES, KEY_PATTERN, Bandwidths, checked_b
 log = logging.getLogger("memphis.local")
 
 # The entry-file magic of this tier; its last two bytes are the format version, so a file of
-# another version (or a spill file) is foreign here. Version 2: items and files hashed by xxh3-128, not blake2b.
-MAGIC = b"MEMPHD\x00\x02"
+# another version (or a spill file) is foreign here. Version 2: items and files hashed by xxh3-128, not
+# blake2b. Version 3: int lists and shapes in items' literals as packed int64s (other keys).
+MAGIC = b"MEMPHD\x00\x03"
 MANIFEST_LENGTH_BYTES = 4  # the manifest's length, first in the checksummed body
 MIN_DURABLE_SECONDS = 0.010  # as for spilling: below this, estimates of disk time are noise
 ORPHAN_AGE_S = 3600.0  # a temp file this old is a killed writer's: no live write takes an hour

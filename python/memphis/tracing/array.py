@@ -118,11 +118,11 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
         function = ufunc if method == "__call__" else getattr(ufunc, method)
         compute = lambda: _call(function, inputs, kwargs, device)  # noqa: E731
-        if device is None:
-            compute = started_early(item, compute)
         # A held product is a plain hit, which no rewrite can beat (a pending key is not forced here).
         if (device is None and ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2
                 and isinstance(inputs[0], TracedArray) and (item.pending or not held(item))):
+            # Rewrites are asked before any work starts early: the work they start early instead
+            # (XᵀX for a column selection's Gram, the parts' Grams for a fold's) is what they read.
             rewritten = partial.crossproduct(item, *inputs)  # the rewrites assemble host blocks
             if rewritten is not None:
                 value, in_tier = rewritten
@@ -134,10 +134,12 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
                 left, right = inputs
                 kept = partial.unmade_product(item, left, right)
                 if kept is None:
-                    return _product(item, compute, left, right)
+                    return _product(item, started_early(item, compute), left, right)
                 return DeferredArray(lambda: np.asarray(_product(item, lambda: left._value @ kept, left, kept)),
                                      bounded(item), shape=(left.shape[0], kept.shape[1]),
                                      dtype=np.result_type(left.dtype, kept.dtype), factors=(left, kept))
+        if device is None:
+            compute = started_early(item, compute)
         return run(item, compute, device=device, shapes_of=inputs)
 
     def __array_function__(self, function, types, args, kwargs):

@@ -1,6 +1,8 @@
 """Lineage items of driver-side work: the identity of a local value, built before it is computed."""
+from array import array as packed_ints
 import hashlib
 import math
+import sys
 import threading
 import weakref
 
@@ -184,6 +186,8 @@ def bounded(item: LineageItem) -> LineageItem:
 
 # --- literals ------------------------------------------------------------------------------------
 
+_INT = {int}
+
 def literal(value):
     """A typed, hashable, exact form of a plain value (type name + value), or Untraceable.
 
@@ -209,10 +213,33 @@ def literal(value):
     if isinstance(value, slice):
         return ("slice", tuple(literal(v) for v in (value.start, value.stop, value.step)))
     if isinstance(value, (tuple, list)):
-        if value and type(value[0]) is int and all(type(v) is int for v in value):  # column lists, shapes
-            return (type(value).__name__, tuple([("int", repr(v)) for v in value]))
+        if value and type(value[0]) is int and set(map(type, value)) == _INT:  # column lists, shapes
+            return int_sequence(value)
         return (type(value).__name__, tuple(literal(v) for v in value))
     raise Untraceable(f"no literal form for {type(value).__name__}")
+
+
+def int_sequence(value) -> tuple:
+    """The literal of a non-empty list or tuple of ints (column lists, shapes, widths): their int64
+    bytes (little-endian) in hex, which a column list of hundreds makes and hashes in microseconds;
+    ints beyond int64 one by one."""
+    try:
+        packed = packed_ints("q", value)
+    except OverflowError:
+        return (type(value).__name__, tuple([literal(v) for v in value]))
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return (type(value).__name__, ("int64", packed.tobytes().hex()))
+
+
+def int_sequence_values(form) -> list:
+    """The ints of an int_sequence literal."""
+    if form[1][0] != "int64":
+        return [int(v) for _, v in form[1]]
+    packed = packed_ints("q", bytes.fromhex(form[1][1]))
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tolist()
 
 
 # --- leaves of raw data --------------------------------------------------------------------------
@@ -319,8 +346,8 @@ def encode(value, inputs: list):
     if kind in _PLAIN_TYPES:
         return literal(value)
     if kind is tuple or kind is list:
-        if value and type(value[0]) is int and all(type(v) is int for v in value):
-            return literal(value)
+        if value and type(value[0]) is int and set(map(type, value)) == _INT:
+            return int_sequence(value)
         return (kind.__name__, tuple([encode(v, inputs) for v in value]))
     item = getattr(value, "lineage", None)
     if not isinstance(item, LineageItem):

@@ -30,7 +30,7 @@ from memphis.backends import numpy_backend
 from memphis.tiers.runtime import default
 from memphis.tracing.calls import (cached, held, is_plain_transpose, product_item, started_early, trace_item,
                                    transpose_item)
-from memphis.tracing.lineage import LineageItem, encode, literal
+from memphis.tracing.lineage import LineageItem, encode, int_sequence_values, literal
 
 log = logging.getLogger("memphis.local")
 
@@ -40,11 +40,14 @@ PREFIX_MIN_WORK = 1 << 20
 MAX_PREFIX_BYTES = 16 << 20  # right operands kept to compare prefixes with, all together
 MAX_COMPOSITIONS = 1024
 
-# All guarded by _lock. Column selections: the selection's key -> (the source's item, the columns,
-# a weak reference to the source array or None), while the source lives or its products are
-# cached. Compositions: the key of a product assembled from column blocks -> ((block item,
+# All guarded by _lock. Column selections: id of the selection's item -> (that item, the source's
+# item, the columns, a weak reference to the source array or None), while the selection lives. By
+# identity, because noting a selection must not force its source's content hash (the first product
+# then runs while the source is hashed, see started_early); an item whose key was known when it was
+# noted is found by its key too (a cut trace meets it as another object). Compositions: the key of a product assembled from column blocks -> ((block item,
 # width), ...). Prefix products: the left operand's key -> [_Product]; oldest forgotten first.
 _selections = {}
+_selections_by_key = {}
 _compositions = collections.OrderedDict()
 _products = collections.OrderedDict()
 _prefix_bytes = 0
@@ -60,29 +63,45 @@ def selected_columns(source, index):
     columns = np.asarray(index[1])
     if columns.ndim != 1 or columns.dtype.kind not in "iu" or not len(columns):
         return None
-    return tuple(int(c) % source.shape[1] for c in columns)
+    width = source.shape[1]
+    if columns.min() < -width or columns.max() >= width:
+        return None  # out of range: numpy's IndexError, from the plain getitem
+    return tuple((columns % width).tolist())
 
 
 def note_column_selection(source, columns, selected, *, source_item=None):
     """Remembers that ``selected`` is ``source[:, columns]`` (``source`` a traced array, or None with
     the source's ``source_item`` when only its cached products can serve)."""
-    key = selected.lineage.key
+    item = selected.lineage
+    key = None if item.pending else item.key
     ref = weakref.ref(source) if source is not None else None
+    picked = np.array(columns, dtype=np.intp)  # an index array: take() gathers 3× faster than np.ix_
+    picked.flags.writeable = False
+    entry = (item, source.lineage if source is not None else source_item, picked, ref)
     with _lock:
-        _selections[key] = (source.lineage if source is not None else source_item, tuple(columns), ref)
-    weakref.finalize(selected, _forget_selection, key)
+        _selections[id(item)] = entry
+        if key is not None:
+            _selections_by_key[key] = entry
+    weakref.finalize(selected, _forget_selection, id(item), key)
 
 
-def _forget_selection(key):
+def _forget_selection(identity, key):
     with _lock:
-        _selections.pop(key, None)
+        entry = _selections.pop(identity, None)
+        if key is not None and _selections_by_key.get(key) is entry:
+            del _selections_by_key[key]
 
 
 def _selection(item: LineageItem):
     """(source item, columns, source array or None) when ``item`` is a known column selection, else None."""
     with _lock:
-        known = _selections.get(item.key)
-    return None if known is None else (known[0], known[1], known[2]() if known[2] is not None else None)
+        known = _selections.get(id(item))
+    if known is None and not item.pending:
+        with _lock:
+            known = _selections_by_key.get(item.key)
+    elif known is not None and known[0] is not item:
+        known = None
+    return None if known is None else (known[1], known[2], known[3]() if known[3] is not None else None)
 
 
 def column_selection_product(item: LineageItem, left_item: LineageItem, right):
@@ -98,7 +117,7 @@ def column_selection_product(item: LineageItem, left_item: LineageItem, right):
     source_item, a, source = left
     right_item = getattr(right, "lineage", None)  # a traced array's
     right_selection = _selection(right_item) if right_item is not None else None
-    if right_selection is not None and right_selection[0].key == source_item.key:
+    if right_selection is not None and right_selection[0] == source_item:  # identical first: no hash forced
         b = right_selection[1]
         other_item, other = source_item, source
         direct, through_source = len(a) * len(b), (source.shape[1] ** 2 if source is not None else None)
@@ -124,7 +143,7 @@ def column_selection_product(item: LineageItem, left_item: LineageItem, right):
         if not reused and through_source > 2 * direct:
             return None
         product, _ = cached(whole, compute)
-    value = product[list(a)] if b is None else product[np.ix_(a, b)]
+    value = product.take(a, axis=0) if b is None else product.take(a, axis=0).take(b, axis=1)
     if reused:
         tier.count("partial_hits")
         log.debug("partial hit %s: a selection of the cached product %s", item.key, whole.key)
@@ -176,10 +195,12 @@ def sections(item: LineageItem, axis: int):
     if item.opcode == "concatenate":
         if item.literals[0] != literal(axis):
             return None
-        parts = zip(item.inputs, (int(w) for _, w in item.literals[1][1]))
+        parts = zip(item.inputs, int_sequence_values(item.literals[1]))
     else:
+        if axis != 1 or item.pending:  # compositions are noted under computed keys; a pending item's is not forced
+            return None
         with _lock:
-            composed = _compositions.get(item.key) if axis == 1 else None
+            composed = _compositions.get(item.key)
         if composed is None:
             return None
         parts = composed
