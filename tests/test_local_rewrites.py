@@ -251,6 +251,25 @@ def test_a_cheap_operation_is_not_kept_and_a_recurring_one_is(data, monkeypatch)
         ml.configure()
 
 
+def test_a_loop_over_float_weights_learns_its_products_cost_once(monkeypatch):
+    tier = ml.configure(host_max_bytes=64 << 20, disk_max_bytes=0)
+    try:
+        tier.overhead_s, tier.first_touch_s = 0.0, 1.0  # never worth keeping: each product is computed anew
+        p = memphis.array(np.arange(50.0))
+        through_placeholder = []
+        probe = tier.get_or_compute
+        monkeypatch.setattr(tier, "get_or_compute", lambda *a, **k: through_placeholder.append(1) or probe(*a, **k))
+        for weight in [0.1, 0.7, 1.3, np.float64(0.2), np.float64(2.5)]:
+            np.testing.assert_array_equal((weight * p).numpy(), weight * np.arange(50.0))
+        # Only the first weight of each kind (a float; a numpy scalar, of shape ()) took the path with a
+        # placeholder: the others' cost was known.
+        assert len(through_placeholder) == 2 and tier.stats()["misses"] == 5 and not tier.entries()
+        assert calls.signature((0.1 * p).lineage, (0.1, p)) == calls.signature((0.7 * p).lineage, (0.7, p))
+        assert calls.signature((2 * p).lineage, (2, p)) != calls.signature((3 * p).lineage, (3, p))  # ints by value
+    finally:
+        ml.configure()
+
+
 def test_calls_bind_like_numpy(local_tier, data):
     t = memphis.array(data[0])
     assert np.sum(t, 0).lineage == np.sum(t, axis=0).lineage == t.sum(axis=0).lineage

@@ -232,8 +232,27 @@ def started_early(item: LineageItem, compute):
 
 
 def signature(item: LineageItem, values) -> tuple:
-    """What predicts an operation's cost: its opcode and literals, and the shapes of its arguments."""
-    return item.opcode, item.literals, tuple([getattr(v, "shape", None) for v in values])
+    """What predicts an operation's cost: its opcode and literals, and the shapes of its arguments.
+
+    A ufunc's float operands count as floats, whatever their value: a loop over weights or step sizes
+    (``w * p``) would otherwise meet a new signature, and take the slow path, at every call. A
+    wrong guess costs little: an operation found worth keeping after all is kept (HostTier.traced).
+    """
+    literals = item.literals
+    if item.opcode.startswith("ufunc."):  # (("tuple", (("tuple", operands), keywords)),): see ufunc_item
+        (kind, (operands, keywords)), = literals
+        if any(_is_float(part) for part in operands[1]):
+            operands = (operands[0], tuple([_A_FLOAT if _is_float(part) else part for part in operands[1]]))
+            literals = ((kind, (operands, keywords)),)
+    return item.opcode, literals, tuple([getattr(v, "shape", None) for v in values])
+
+
+_A_FLOAT = ("float", "")
+
+
+def _is_float(part) -> bool:
+    """Whether an operand's literal is a float's: Python's, np.float64 (a float subclass) or a numpy scalar."""
+    return part[0] in ("float", "float64") or part[0].startswith("numpy.")
 
 
 def cached(item: LineageItem, compute, *, device=None, shapes_of=()):
