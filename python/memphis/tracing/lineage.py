@@ -124,14 +124,19 @@ class LineageItem:
         if not isinstance(other, LineageItem):
             return NotImplemented
         # Most comparisons end one level down, at cut items (a kept entry's item is cut: see
-        # memphis.tiers.core.kept_form); deeper traces are walked iteratively, each shared pair once.
+        # memphis.tiers.core.kept_form), compared inline (every hit compares its item); deeper traces
+        # are walked iteratively, each shared pair once.
         below = _below(self, other)
+        if below is None:
+            return False
         stack, seen = [], set()
-        for pair in below or ():
-            deeper = _below(*pair)
-            if deeper is None:
+        for a, b in below:
+            if a is b:
+                continue
+            if a.digest != b.digest:
                 return False
-            stack.extend(deeper)
+            if a.opcode != "cut" and b.opcode != "cut":
+                stack.append((a, b))
         while stack:
             a, b = pair = stack.pop()
             if (id(a), id(b)) in seen:
@@ -141,7 +146,7 @@ class LineageItem:
             if deeper is None:
                 return False
             stack.extend(deeper)
-        return below is not None
+        return True
 
     def __repr__(self):
         return f"LineageItem({self.opcode!r}, key={self.key[:12]}…, height={self.height})"
@@ -345,6 +350,8 @@ def encode(value, inputs: list):
     kind = type(value)  # the most common arguments first: this runs for every traced call
     if kind in _PLAIN_TYPES:
         return literal(value)
+    if kind is slice:  # indexing: X[:, a:b]
+        return ("slice", (literal(value.start), literal(value.stop), literal(value.step)))
     if kind is tuple or kind is list:
         if value and type(value[0]) is int and set(map(type, value)) == _INT:
             return int_sequence(value)

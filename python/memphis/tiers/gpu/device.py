@@ -287,6 +287,8 @@ class SimulatedDevice(Device):
         self.capacity_bytes = int(capacity_bytes)
         self.bytes_in_use = 0  # guarded by _counts_lock; never above capacity_bytes
         self.default_pool = self._pool = SimulatedPool(self)
+        # Registered with the first device, not at import: until then no traced call looks for devices.
+        device_backend.register(SimulatedArray, lambda array: array.device)
 
     def allocate(self, nbytes: int) -> np.ndarray:
         with self._counts_lock:
@@ -434,5 +436,3 @@ class SimulatedArray(np.lib.mixins.NDArrayOperatorsMixin):
     def __repr__(self):
         return f"SimulatedArray({self._data!r})"
 
-
-device_backend.register(SimulatedArray, lambda array: array.device)
