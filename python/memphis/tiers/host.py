@@ -299,7 +299,7 @@ class HostTier:
 
     def state_of(self, key: str) -> Optional[State]:
         """The state of ``key``'s entry, None when there is none (a probe that counts nothing)."""
-        with self._cond:
+        with self._lock:
             entry = self._entries.get(key)
             return entry.state if entry else None
 
