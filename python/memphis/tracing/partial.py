@@ -147,7 +147,14 @@ def column_selection_product(item: LineageItem, left_item: LineageItem, right):
     if reused:
         tier.count("partial_hits")
         log.debug("partial hit %s: a selection of the cached product %s", item.key, whole.key)
-    value = tier.get_or_compute(item.key, lambda: value, item=item, cost_hint=time.perf_counter() - start)
+    return _answer(item, value, time.perf_counter() - start)
+
+
+def _answer(item: LineageItem, value, seconds: float):
+    """(value, held) of a rewrite's result, which took ``seconds`` to derive: kept by the rule of
+    traced results (HostTier.worth_caching_s), as the direct product would have been, so that a cut
+    from a held product that is cheaper to cut again than to hold is not held."""
+    value = default.host().get_or_compute(item.key, lambda: value, item=item, cost_hint=seconds, min_cost_s=None)
     return value, held(item)
 
 
@@ -288,8 +295,7 @@ def crossproduct(item: LineageItem, left_t, right):
     if reused:
         tier.count("partial_hits")
         log.debug("partial hit %s: %d of %d blocks reused", item.key, reused, sum(map(len, pairs)))
-    value = tier.get_or_compute(item.key, lambda: value, item=item, cost_hint=elapsed)
-    return value, held(item)
+    return _answer(item, value, elapsed)
 
 
 def blockwise_product(left, right):
@@ -461,8 +467,7 @@ def product_crossproduct(item: LineageItem, product, right):
     if reused:
         default.host().count("partial_hits")
         log.debug("partial hit %s: through the cached product %s", item.key, inner.key)
-    value = default.host().get_or_compute(item.key, lambda: value, item=item, cost_hint=time.perf_counter() - start)
-    return value, held(item)
+    return _answer(item, value, time.perf_counter() - start)
 
 
 def associative_product(left, right):
