@@ -85,6 +85,22 @@ def test_a_small_column_subset_is_computed_directly(local_tier, data, monkeypatc
     assert len(computed) == 1 and ml.stats()["partial_hits"] == 0  # XᵀX would cost 100 times more
 
 
+def test_a_product_too_small_to_gain_from_a_rewrite_is_computed_directly(local_tier, monkeypatch):
+    from memphis.tracing import partial
+
+    computed = count_matmuls(monkeypatch)
+    X = np.random.default_rng(8).standard_normal((50, 5))
+    tX = memphis.array(X)
+    tX.T @ tX  # held: the selection's Gram could be cut from it, but asking would cost more than computing
+    S = tX[:, [0, 1, 3, 4]]
+    np.testing.assert_allclose((S.T @ S).numpy(), X[:, [0, 1, 3, 4]].T @ X[:, [0, 1, 3, 4]], rtol=1e-12)
+    assert len(computed) == 2 and ml.stats()["partial_hits"] == 0
+    monkeypatch.setattr(partial, "REWRITE_MIN_WORK", 1)  # any product asks: now it is cut from XᵀX
+    T = tX[:, [0, 1, 3]]
+    np.testing.assert_allclose((T.T @ T).numpy(), X[:, [0, 1, 3]].T @ X[:, [0, 1, 3]], rtol=1e-12)
+    assert len(computed) == 2 and ml.stats()["partial_hits"] == 1
+
+
 def test_rows_picked_by_an_index_array_are_no_column_selection(local_tier, data):
     X, _ = data
     tX = memphis.array(X)

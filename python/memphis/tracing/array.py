@@ -6,8 +6,8 @@ import numpy as np
 from memphis.backends import device_backend, numpy_backend
 from memphis.tiers.runtime import default
 from memphis.tracing import partial
-from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, held, started_early, trace_item,
-                                   transpose_item, ufunc_item)
+from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, started_early, trace_item, transpose_item,
+                                   ufunc_item)
 from memphis.tracing.lineage import LineageItem, Untraceable, array_leaf, bounded, literal
 
 log = logging.getLogger("memphis.local")
@@ -118,9 +118,12 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
         function = ufunc if method == "__call__" else getattr(ufunc, method)
         compute = lambda: _call(function, inputs, kwargs, device)  # noqa: E731
-        # A held product is a plain hit, which no rewrite can beat (a pending key is not forced here).
+        # Rewrites only for a product large enough to ask (partial.worth_asking) and without an entry:
+        # a held one is a plain hit, which no rewrite can beat, and one under way is waited for (a
+        # pending key is not forced here: there is none).
         if (device is None and ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2
-                and isinstance(inputs[0], TracedArray) and (item.pending or not held(item))):
+                and isinstance(inputs[0], TracedArray) and partial.worth_asking(*inputs)
+                and (item.pending or default.host().state_of(item.key) is None)):
             # Rewrites are asked before any work starts early: the work they start early instead
             # (XᵀX for a column selection's Gram, the parts' Grams for a fold's) is what they read.
             rewritten = partial.crossproduct(item, *inputs)  # the rewrites assemble host blocks

@@ -241,9 +241,11 @@ def signature(item: LineageItem, values) -> tuple:
     literals = item.literals
     if item.opcode.startswith("ufunc."):  # (("tuple", (("tuple", operands), keywords)),): see ufunc_item
         (kind, (operands, keywords)), = literals
-        if any(_is_float(part) for part in operands[1]):
-            operands = (operands[0], tuple([_A_FLOAT if _is_float(part) else part for part in operands[1]]))
-            literals = ((kind, (operands, keywords)),)
+        for part in operands[1]:  # a loop, not any(): this runs for every miss of a ufunc
+            if _is_float(part):
+                operands = (operands[0], tuple([_A_FLOAT if _is_float(part) else part for part in operands[1]]))
+                literals = ((kind, (operands, keywords)),)
+                break
     return item.opcode, literals, tuple([getattr(v, "shape", None) for v in values])
 
 

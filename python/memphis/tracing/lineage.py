@@ -39,7 +39,7 @@ class LineageItem:
     True
     """
 
-    __slots__ = ("opcode", "inputs", "literals", "deterministic", "height", "_digest", "_head", "__weakref__")
+    __slots__ = ("opcode", "inputs", "literals", "deterministic", "height", "_digest", "_head", "_key", "__weakref__")
 
     def __init__(self, opcode: str, *, inputs=(), literals=(), deterministic: bool = True, digest: bytes = None,
                  head: bytes = None):
@@ -56,6 +56,7 @@ class LineageItem:
         self.height = height + 1
         self._digest = digest
         self._head = head
+        self._key = None
 
     @property
     def digest(self) -> bytes:
@@ -94,8 +95,10 @@ class LineageItem:
 
     @property
     def key(self) -> str:
-        """The cache key: 32 hex digits of the hash."""
-        return self.digest.hex()
+        """The cache key: 32 hex digits of the hash (made once: a product's probes ask for it several times)."""
+        if self._key is None:
+            self._key = self.digest.hex()
+        return self._key
 
     def __hash__(self):
         return int.from_bytes(self.digest[:8], "little")

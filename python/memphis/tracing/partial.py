@@ -37,6 +37,9 @@ log = logging.getLogger("memphis.local")
 # Products of at least this many multiply-adds look for an earlier product with a column prefix
 # (below it, comparing the right operands costs as much as the product itself).
 PREFIX_MIN_WORK = 1 << 20
+# Below this many multiply-adds (a few µs of BLAS) no rewrite is asked for: it could save at most
+# the product's own time, and asking takes about 5 µs.
+REWRITE_MIN_WORK = 1 << 14
 MAX_PREFIX_BYTES = 16 << 20  # right operands kept to compare prefixes with, all together
 MAX_COMPOSITIONS = 1024
 
@@ -94,6 +97,8 @@ def _forget_selection(identity, key):
 
 def _selection(item: LineageItem):
     """(source item, columns, source array or None) when ``item`` is a known column selection, else None."""
+    if not _selections:  # none noted (read under the GIL): every product asks
+        return None
     with _lock:
         known = _selections.get(id(item))
     if known is None and not item.pending:
@@ -158,6 +163,14 @@ def _answer(item: LineageItem, value, seconds: float):
     return value, held(item)
 
 
+def worth_asking(left, right) -> bool:
+    """Whether ``left @ right`` is large enough for the rewrites below to be asked (REWRITE_MIN_WORK)."""
+    right_shape = getattr(right, "shape", ())
+    if left.ndim != 2 or len(right_shape) not in (1, 2):
+        return False  # no rewrite takes other shapes
+    return left.shape[0] * left.shape[1] * (right_shape[1] if len(right_shape) == 2 else 1) >= REWRITE_MIN_WORK
+
+
 def canonical_concatenation(function, args, kwargs):
     """One item for every spelling of a 1-D/2-D concatenation along axis 0 or 1, or None.
 
@@ -204,7 +217,7 @@ def sections(item: LineageItem, axis: int):
             return None
         parts = zip(item.inputs, int_sequence_values(item.literals[1]))
     else:
-        if axis != 1 or item.pending:  # compositions are noted under computed keys; a pending item's is not forced
+        if axis != 1 or not _compositions or item.pending:  # noted under computed keys: a pending one's is not forced
             return None
         with _lock:
             composed = _compositions.get(item.key)
@@ -240,12 +253,10 @@ def crossproduct(item: LineageItem, left_t, right):
     just a part). Each block is an ordinary traced product: probed, computed once, cached, so it
     serves the next request too. Counted as a partial hit when some block came from the cache.
     ``left_t`` is a traced array, ``right`` a traced or plain one; returns (value, held) or None.
+    Asked only for a product without an entry (TracedArray.__array_ufunc__ probes first): a full hit,
+    or a computation under way, is better than any rewrite.
     """
     tier = default.host()
-    # A full hit (or a computation under way) is better than any rewrite; while a part is still
-    # hashed there can be none, and the blocks start meanwhile (see started_early).
-    if not item.pending and tier.state_of(item.key) is not None:
-        return None
     right_ndim = getattr(right, "ndim", None)
     if left_t.ndim != 2 or right_ndim not in (1, 2) or left_t.lineage.opcode != "transpose":
         return None
@@ -259,17 +270,16 @@ def crossproduct(item: LineageItem, left_t, right):
     through_factors = product_crossproduct(item, source, right) if getattr(source, "factors", None) else None
     if through_factors is not None:
         return through_factors
-    left = source if source is not None else np.asarray(left_t).T
     rows = sections(left_item, 0), sections(right_item, 0)
+    summed = bool(rows[0] and rows[1] and [s for _, s in rows[0]] == [s for _, s in rows[1]])
+    columns = None if summed else (sections(left_item, 1), (sections(right_item, 1) if right_ndim == 2 else None))
+    if not summed and not columns[0] and not columns[1]:
+        return None
+    left = source if source is not None else np.asarray(left_t).T
     gram = left_item == right_item
-    if rows[0] and rows[1] and [s for _, s in rows[0]] == [s for _, s in rows[1]]:
-        summed = True
+    if summed:
         pairs = [[pair] for pair in zip(_pieces(left, 0, rows[0]), _pieces(right, 0, rows[1]))]
     else:
-        columns = sections(left_item, 1), (sections(right_item, 1) if right_ndim == 2 else None)
-        if not columns[0] and not columns[1]:
-            return None
-        summed = False
         lefts = _pieces(left, 1, columns[0]) if columns[0] else [(left_item, np.asarray(left))]
         rights = _pieces(right, 1, columns[1]) if columns[1] else [(right_item, np.asarray(right))]
         pairs = [[(p, q) for q in rights] for p in lefts]
@@ -423,11 +433,11 @@ def unmade_product(item: LineageItem, left, right):
     if getattr(right, "ndim", None) != 2 or left.ndim != 2 or left.shape[1] != right.shape[0] \
             or getattr(right, "deferred", False):
         return None
-    if np.result_type(left.dtype, right.dtype) != left.dtype:
-        return None  # B of a wider dtype: the product is computed in it, AᵀA was in A's narrower one
     (n, d), k = left.shape, right.shape[1]
     if n * d * k < PREFIX_MIN_WORK or d * d * k + d * k * k >= n * k * k:
         return None
+    if np.result_type(left.dtype, right.dtype) != left.dtype:
+        return None  # B of a wider dtype: the product is computed in it, AᵀA was in A's narrower one
     if default.host().state_of(item.key) is not None or not held(gram_of(left.lineage)):
         return None  # a full hit (or a computation under way) is better than any rewrite
     b = np.asarray(right)
