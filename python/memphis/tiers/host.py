@@ -108,6 +108,11 @@ def hand_out(value):
     return value
 
 
+def _serves(entry, item) -> bool:
+    """Whether ``entry`` holds a value for ``item``: CACHED, under the same lineage (or none recorded)."""
+    return entry is not None and entry.state is State.CACHED and (entry.item is None or entry.item == item)
+
+
 class HostTier:
     """Local values in driver memory under ``max_bytes``, spilled to ``disk`` when that pays, kept
     across processes in ``durable`` when asked to and worth it.
@@ -255,7 +260,7 @@ class HostTier:
         """
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None and entry.state is State.CACHED and (entry.item is None or entry.item == item):
+            if _serves(entry, item):
                 return hand_out(self._hit(entry)), entry.item
             computed = self._history.get(key, 0) if entry is None else 0
         signature = signature() if entry is None and signature is not None else None
@@ -282,6 +287,15 @@ class HostTier:
                 return value, None
             entry = self._adopt(key, value, item, "", cost, computed + 1)  # slower this time: worth keeping
             return (entry.value, entry.item) if entry.state is State.CACHED else (value, None)
+
+    def hit(self, key: str, item):
+        """(value, the item it is kept under) when ``key`` is CACHED with ``item``'s lineage, counted as
+        a hit; else None (nothing is counted). A product's first probe, before its rewrites are asked."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if _serves(entry, item):
+                return hand_out(self._hit(entry)), entry.item
+        return None
 
     def _learn(self, signature, seconds: float, size: Optional[int]):
         if len(self._costs) >= MAX_SIGNATURES:

@@ -118,29 +118,34 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
         function = ufunc if method == "__call__" else getattr(ufunc, method)
         compute = lambda: _call(function, inputs, kwargs, device)  # noqa: E731
-        # Rewrites only for a product large enough to ask (partial.worth_asking) and without an entry:
-        # a held one is a plain hit, which no rewrite can beat, and one under way is waited for (a
-        # pending key is not forced here: there is none).
+        # A product large enough to ask its rewrites (partial.worth_asking): a held one is a plain hit,
+        # which no rewrite can beat; one under way is waited for (run); without an entry, the rewrites
+        # (a pending key is not forced here: there is no entry for it yet).
         if (device is None and ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2
-                and isinstance(inputs[0], TracedArray) and partial.worth_asking(*inputs)
-                and (item.pending or default.host().state_of(item.key) is None)):
-            # Rewrites are asked before any work starts early: the work they start early instead
-            # (XᵀX for a column selection's Gram, the parts' Grams for a fold's) is what they read.
-            rewritten = partial.crossproduct(item, *inputs)  # the rewrites assemble host blocks
-            if rewritten is not None:
-                value, in_tier = rewritten
-                return wrap(value, item.cut() if in_tier else item)
-            unmade = partial.blockwise_product(*inputs) or partial.associative_product(*inputs)
-            if unmade is not None:
-                compute = unmade
-            else:
-                left, right = inputs
-                kept = partial.unmade_product(item, left, right)
-                if kept is None:
-                    return _product(item, started_early(item, compute), left, right)
-                return DeferredArray(lambda: np.asarray(_product(item, lambda: left._value @ kept, left, kept)),
-                                     bounded(item), shape=(left.shape[0], kept.shape[1]),
-                                     dtype=np.result_type(left.dtype, kept.dtype), factors=(left, kept))
+                and isinstance(inputs[0], TracedArray) and partial.worth_asking(*inputs)):
+            tier = default.host()
+            found = None if item.pending else tier.hit(item.key, item)
+            if found is not None:
+                value, kept = found
+                return wrap(value, kept if kept is not None else bounded(item))
+            if item.pending or tier.state_of(item.key) is None:
+                # Rewrites are asked before any work starts early: the work they start early instead
+                # (XᵀX for a column selection's Gram, the parts' Grams for a fold's) is what they read.
+                rewritten = partial.crossproduct(item, *inputs)  # the rewrites assemble host blocks
+                if rewritten is not None:
+                    value, in_tier = rewritten
+                    return wrap(value, item.cut() if in_tier else item)
+                unmade = partial.blockwise_product(*inputs) or partial.associative_product(*inputs)
+                if unmade is not None:
+                    compute = unmade
+                else:
+                    left, right = inputs
+                    kept = partial.unmade_product(item, left, right)
+                    if kept is None:
+                        return _product(item, started_early(item, compute), left, right)
+                    return DeferredArray(lambda: np.asarray(_product(item, lambda: left._value @ kept, left, kept)),
+                                         bounded(item), shape=(left.shape[0], kept.shape[1]),
+                                         dtype=np.result_type(left.dtype, kept.dtype), factors=(left, kept))
         if device is None:
             compute = started_early(item, compute)
         return run(item, compute, device=device, shapes_of=inputs)
