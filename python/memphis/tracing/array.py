@@ -190,9 +190,10 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     @property
     def T(self):
-        # Made once: a loop's ``X.T @ X`` then traces its product only (the values are read-only).
+        # Made once: a loop's ``X.T @ X`` then traces its product only (the values are read-only);
+        # directly, as np.transpose(self) would trace it (a view: never probed), without numpy's dispatch.
         if self._transposed is None:
-            self._transposed = np.transpose(self)
+            self._transposed = wrap(self._value.T, bounded(transpose_item(self.lineage)))
         return self._transposed
 
     def __getitem__(self, index):
