@@ -270,6 +270,22 @@ def test_a_loop_over_float_weights_learns_its_products_cost_once(monkeypatch):
         ml.configure()
 
 
+def test_a_basic_index_keys_as_its_general_encoding(local_tier):
+    t = memphis.array(np.arange(24.0).reshape(4, 6))
+    keys = set()
+    for index in ((slice(None), slice(1, 3)), (slice(None), slice(1, 4)), slice(1, 3), 1, -1, (1, 2), (Ellipsis, 0),
+                  (None, slice(None, None, 2)), (slice(0, 2), None), True, np.int64(1), [1, 2], (slice(None), [0, 5])):
+        general = calls.trace_item("getitem", (t, index))
+        for _ in range(2):  # the second from the memo of its form, where the index is basic
+            item, basic = calls.getitem_item(t, index)
+            assert item == general and item.key == general.key
+        assert basic == (type(index) in (int, slice) or type(index) is tuple and all(
+            type(i) in (int, slice) or i is None or i is Ellipsis for i in index))
+        np.testing.assert_array_equal(t[index].numpy(), t.numpy()[index])
+        keys.add(item.key)
+    assert len(keys) == 13  # 1, True and np.int64(1) index alike but are different literals
+
+
 def test_calls_bind_like_numpy(local_tier, data):
     t = memphis.array(data[0])
     assert np.sum(t, 0).lineage == np.sum(t, axis=0).lineage == t.sum(axis=0).lineage

@@ -6,8 +6,8 @@ import numpy as np
 from memphis.backends import device_backend, numpy_backend
 from memphis.tiers.runtime import default
 from memphis.tracing import partial
-from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, started_early, trace_item, transpose_item,
-                                   ufunc_item)
+from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, getitem_item, started_early,
+                                   transpose_item, ufunc_item)
 from memphis.tracing.lineage import LineageItem, Untraceable, array_leaf, bounded, literal
 
 log = logging.getLogger("memphis.local")
@@ -198,11 +198,13 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __getitem__(self, index):
         try:
-            item = trace_item("getitem", (self, index))
+            item, basic = getitem_item(self, index)
         except Untraceable as why:
             return _plain(lambda a, i: a[i], (self, index), {}, why)
         # Never cached: a view costs nothing, and a gather (X[:, columns]) is remade at memory speed,
         # while holding each one would take fresh memory (page faults cost as much as the gather).
+        if basic:  # slices and ints: a view, and no column selection
+            return run(item, lambda: self._value[index], view=True)
         device = None if self.deferred else device_backend.device_of(self._value)
         if device is None:
             columns = partial.selected_columns(self, index)

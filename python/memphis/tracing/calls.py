@@ -159,6 +159,40 @@ def function_item(function, args, kwargs) -> LineageItem:
 
 
 _NO_KEYWORDS = ("tuple", ())
+_BOUNDS = {int, type(None)}
+
+
+def _basic_index_form(index):
+    """The memo form of a basic index (ints, slices of ints or None, None, Ellipsis, or a tuple of
+    these), None for any other (an index array, a list, a traced array: encoded every time)."""
+    parts = index if type(index) is tuple else (index,)
+    form = [type(index) is tuple]
+    for part in parts:
+        kind = type(part)
+        if kind is slice:
+            if type(part.start) not in _BOUNDS or type(part.stop) not in _BOUNDS or type(part.step) not in _BOUNDS:
+                return None
+            form.append((part.start, part.stop, part.step))
+        elif kind is int or part is None or part is Ellipsis:
+            form.append((kind, part))
+        else:
+            return None
+    return tuple(form)
+
+
+def getitem_item(array, index):
+    """(the item of ``array[index]``, whether ``index`` is basic: views and ints only); raises Untraceable.
+    A basic index's literals come from the call-form memo (``X[:, a:b]`` in a loop)."""
+    form = _basic_index_form(index)
+    memo = ("getitem", form) if form is not None else None
+    known = _forms.get(memo) if memo is not None else None
+    if known is not None:
+        literals, _, head = known
+        return LineageItem("getitem", inputs=[array.lineage], literals=literals, head=head), True
+    item = trace_item("getitem", (array, index))
+    if memo is not None:
+        _remember_form(memo, item.literals, (), head_bytes("getitem", item.literals))
+    return item, memo is not None
 
 
 def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
