@@ -1,10 +1,10 @@
 """Lineage items of driver-side work: the identity of a local value, built before it is computed."""
-from array import array as packed_ints
 import hashlib
 import math
 import sys
 import threading
 import weakref
+from array import array as packed_ints
 
 import numpy as np
 import xxhash
@@ -195,6 +195,7 @@ def bounded(item: LineageItem) -> LineageItem:
 # --- literals ------------------------------------------------------------------------------------
 
 _INT = {int}
+
 
 def literal(value):
     """A typed, hashable, exact form of a plain value (type name + value), or Untraceable.

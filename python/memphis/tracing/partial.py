@@ -44,11 +44,13 @@ MAX_PREFIX_BYTES = 16 << 20  # right operands kept to compare prefixes with, all
 MAX_COMPOSITIONS = 1024
 
 # All guarded by _lock. Column selections: id of the selection's item -> (that item, the source's
-# item, the columns, a weak reference to the source array or None), while the selection lives. By
-# identity, because noting a selection must not force its source's content hash (the first product
-# then runs while the source is hashed, see started_early); an item whose key was known when it was
-# noted is found by its key too (a cut trace meets it as another object). Compositions: the key of a product assembled from column blocks -> ((block item,
-# width), ...). Prefix products: the left operand's key -> [_Product]; oldest forgotten first.
+# item, the columns, a weak reference to the source array or None), while the selection lives (the
+# entry holds the item, so no other object takes its id meanwhile). By identity, because noting a
+# selection must not force its source's content hash (the first product then runs while the source
+# is hashed, see started_early); an item whose key was known when it was noted is found by its key
+# too (a cut trace meets it as another object). Compositions: the key of a product assembled from
+# column blocks -> ((block item, width), ...). Prefix products: the left operand's key ->
+# [_Product]; oldest forgotten first.
 _selections = {}
 _selections_by_key = {}
 _compositions = collections.OrderedDict()
@@ -104,8 +106,6 @@ def _selection(item: LineageItem):
     if known is None and not item.pending:
         with _lock:
             known = _selections_by_key.get(item.key)
-    elif known is not None and known[0] is not item:
-        known = None
     return None if known is None else (known[1], known[2], known[3]() if known[3] is not None else None)
 
 
