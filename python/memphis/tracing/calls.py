@@ -265,6 +265,9 @@ def started_early(item: LineageItem, compute):
     return early.submit(compute).result
 
 
+_A_FLOAT = ("float", "")
+
+
 def signature(item: LineageItem, values) -> tuple:
     """What predicts an operation's cost: its opcode and literals, and the shapes of its arguments.
 
@@ -275,15 +278,12 @@ def signature(item: LineageItem, values) -> tuple:
     literals = item.literals
     if item.opcode.startswith("ufunc."):  # (("tuple", (("tuple", operands), keywords)),): see ufunc_item
         (kind, (operands, keywords)), = literals
-        for part in operands[1]:  # a loop, not any(): this runs for every miss of a ufunc
-            if _is_float(part):
-                operands = (operands[0], tuple([_A_FLOAT if _is_float(part) else part for part in operands[1]]))
-                literals = ((kind, (operands, keywords)),)
+        for operand in operands[1]:  # a loop, not any(): this runs for every miss of a ufunc
+            if _is_float(operand):
+                masked = tuple([_A_FLOAT if _is_float(part) else part for part in operands[1]])
+                literals = ((kind, ((operands[0], masked), keywords)),)
                 break
     return item.opcode, literals, tuple([getattr(v, "shape", None) for v in values])
-
-
-_A_FLOAT = ("float", "")
 
 
 def _is_float(part) -> bool:
