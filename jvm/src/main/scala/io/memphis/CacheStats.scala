@@ -43,6 +43,7 @@ object CacheStats {
     val RefusedOtherUser = Value("refused_other_user")
     val RefusedCrossJoin = Value("refused_cross_join")
     val RefusedEstimatedSize = Value("refused_estimated_size")
+    val RefusedBroadcastJoin = Value("refused_broadcast_join")
     val RefusedSlower = Value("refused_slower")
     val PressureReleases = Value("pressure_releases")
     val ComputeSavedMs = Value("compute_saved_ms")

@@ -1,9 +1,10 @@
 package io.memphis
 
 import io.memphis.reuse.{Admission, CacheEntry, EntryState}
-import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical.{Join, LogicalPlan}
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.{CacheTestShim, SparkShimImpl}
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -104,5 +105,46 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
     assert(cache.stats.get(CacheStats.Counter.RefusedSlower) >= 2)
     spark.conf.set(MemphisConf.Enabled.key, "false")
     assert(again.forall(_ == spark.sql(q).collect().toSet))
+  }
+
+  test("a join is a broadcast join when a side it may build from is small or hinted, and not hinted against") {
+    val spark = newSession()
+    views(spark)
+    def broadcasts(sql: String): Boolean = Admission.broadcastsASide(SparkShimImpl.optimize(spark, analyzed(spark, sql)), SQLConf.get)
+    assert(broadcasts("SELECT a.k, v, x FROM a JOIN b ON a.k = b.k"))
+    assert(broadcasts("SELECT a.k, v, x FROM a LEFT JOIN b ON a.k = b.k"))
+    assert(!broadcasts("SELECT a.k, v FROM a FULL OUTER JOIN b ON a.k = b.k")) // Spark broadcasts no side of a full join
+    assert(!broadcasts("SELECT k, v FROM a"))
+    assert(!broadcasts("SELECT /*+ SHUFFLE_HASH(a, b) */ a.k, v, x FROM a JOIN b ON a.k = b.k"))
+    spark.conf.set(SQLConf.AUTO_BROADCASTJOIN_THRESHOLD.key, "-1")
+    assert(!broadcasts("SELECT a.k, v, x FROM a JOIN b ON a.k = b.k"))
+    assert(broadcasts("SELECT /*+ BROADCAST(b) */ a.k, v, x FROM a JOIN b ON a.k = b.k"))
+  }
+
+  test("a recurring join that broadcasts a side is not persisted (refused_broadcast_join); shuffled, it is") {
+    val queries = Seq(
+      "SELECT x, count(*) FROM a JOIN b ON a.k = b.k GROUP BY x",
+      "SELECT x, sum(v) FROM a JOIN b ON a.k = b.k GROUP BY x",
+      "SELECT max(v), min(x) FROM a JOIN b ON a.k = b.k")
+    /** The answers, whether a cached plan holds a join, the broadcast joins refused and the entries' reasons. */
+    def run(threshold: String): (Seq[Seq[Row]], Boolean, Long, Seq[String]) = {
+      val spark = newSession(NoKeptResults, SQLConf.AUTO_BROADCASTJOIN_THRESHOLD.key -> threshold)
+      views(spark)
+      def answers = queries.map(q => spark.sql(q).collect().toSeq.sortBy(_.toString))
+      val on = answers
+      val cache = LineageCache.forContext(spark.sparkContext)
+      val cachesAJoin = CacheTestShim.cachedPlans(spark).exists(p => joins(p).nonEmpty)
+      val result = (on, cachesAJoin, cache.stats.get(CacheStats.Counter.RefusedBroadcastJoin), cache.entryRows(_.reason))
+      spark.conf.set(MemphisConf.Enabled.key, "false")
+      assert(on == answers)
+      afterEach() // the next run gets a context of its own
+      result
+    }
+    val (broadcastOn, broadcastCachesAJoin, broadcastRefused, reasons) = run("10MB")
+    assert(broadcastRefused > 0 && !broadcastCachesAJoin)
+    assert(reasons.exists(_.contains("broadcasts a side")), reasons)
+    val (shuffledOn, shuffledCachesAJoin, shuffledRefused, _) = run("-1")
+    assert(shuffledRefused == 0 && shuffledCachesAJoin)
+    assert(broadcastOn == shuffledOn)
   }
 }

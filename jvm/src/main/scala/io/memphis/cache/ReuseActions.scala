@@ -133,7 +133,7 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
    */
   private def admits(session: SparkSession, subplan: LogicalPlan, e: CacheEntry, conf: SQLConf): Boolean = {
     if (table.locked(e.refusal.isEmpty && e.estimatedBytes.isEmpty)) {
-      val verdict = Admission.verdict(session, subplan, storageShare(conf))
+      val verdict = Admission.verdict(session, subplan, storageShare(conf), conf)
       table.locked(verdict.fold(r => e.refusal = Some(r), bytes => e.estimatedBytes = Some(bytes)))
     }
     table.locked(e.refusal).forall { case (counter, why) =>

@@ -4,9 +4,11 @@ import scala.util.control.NonFatal
 
 import io.memphis.CacheStats.Counter
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.optimizer.JoinSelectionHelper
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
 import org.apache.spark.sql.catalyst.plans.{Cross, ExistenceJoin, Inner, LeftAnti, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShimImpl
 
 /**
@@ -23,21 +25,34 @@ import org.apache.spark.sql.memphis.SparkShimImpl
  *    storage memory memphis may use ([[Admission.MaxShare]] of `storage.fraction` of it): it would
  *    fill storage for one entry and evict everything else.
  * An estimate that cannot be made refuses too: unknown means recompute.
+ *
+ * And one kind that costs more to keep than to compute again: a join that broadcasts a side (as the
+ * subplan alone is planned). Computed again, it reads its inputs once and probes a hash table
+ * (whose broadcast memphis itself keeps across queries, [[JoinBroadcasts]]), about what reading
+ * its cache costs; kept, it stores its whole output, every column of both sides, where each
+ * query reads a few. Any dear input of it (an aggregate, a shuffled join, a window) is a
+ * candidate of its own, persisted when it recurs.
  */
-object Admission {
+object Admission extends JoinSelectionHelper {
   /** The most of the storage memory memphis may use that one entry may be expected to take. */
   val MaxShare = 0.5
 
   /** Either the refusal (its counter and why) or the estimated output in bytes. */
-  def verdict(session: SparkSession, subplan: LogicalPlan, budgetBytes: Long): Either[(Counter.Value, String), BigInt] =
+  def verdict(session: SparkSession, subplan: LogicalPlan, budgetBytes: Long,
+      conf: SQLConf): Either[(Counter.Value, String), BigInt] =
     if (isConditionlessJoin(subplan)) {
       Left(Counter.RefusedCrossJoin -> ("not persisted: a join without a condition; the predicates above it move " +
         "into it when the query is optimized, so on its own it is a cross product"))
     } else {
       try {
-        val estimate = estimatedBytes(SparkShimImpl.optimize(session, subplan))
+        val optimized = SparkShimImpl.optimize(session, subplan)
+        lazy val estimate = estimatedBytes(optimized)
         val share = BigInt((budgetBytes * MaxShare).toLong)
-        if (estimate > share) {
+        if (broadcastsASide(optimized, conf)) {
+          Left(Counter.RefusedBroadcastJoin -> ("not persisted: a join that broadcasts a side; computed again it " +
+            "reads its inputs once and probes the broadcast, about what reading its cache costs, while its cache " +
+            "would store every column of both sides"))
+        } else if (estimate > share) {
           Left(Counter.RefusedEstimatedSize -> (s"not persisted: estimated output of $estimate bytes exceeds its share " +
             s"($share bytes, $MaxShare of the $budgetBytes bytes of storage memory memphis may use)"))
         } else Right(estimate)
@@ -45,6 +60,21 @@ object Admission {
         case NonFatal(e) => Left(Counter.RefusedEstimatedSize -> s"not persisted: its output could not be estimated ($e)")
       }
     }
+
+  /**
+   * A join (under the nodes that only pick rows or columns) that Spark plans as a broadcast join, as
+   * its JoinSelection decides: a side it may build from is hinted to broadcast or, when no strategy
+   * is hinted, small enough by its statistics.
+   */
+  def broadcastsASide(plan: LogicalPlan, conf: SQLConf): Boolean = plan match {
+    case j: Join =>
+      val bySize = !(j.hint.leftHint ++ j.hint.rightHint).exists(_.strategy.isDefined)
+      def side(canBuild: Boolean, hinted: Boolean, child: LogicalPlan) = canBuild && (hinted || bySize && canBroadcastBySize(child, conf))
+      side(canBuildBroadcastLeft(j.joinType), hintToBroadcastLeft(j.hint), j.left) ||
+        side(canBuildBroadcastRight(j.joinType), hintToBroadcastRight(j.hint), j.right)
+    case p @ (_: Project | _: Filter | _: SubqueryAlias) => broadcastsASide(p.children.head, conf)
+    case _ => false
+  }
 
   /** An inner or cross join with no condition of its own (under the nodes that only name or pick columns). */
   def isConditionlessJoin(plan: LogicalPlan): Boolean = plan match {
