@@ -1,3 +1,4 @@
+import dataclasses
 import importlib
 
 import numpy as np
@@ -286,3 +287,57 @@ def test_the_transpose_of_a_traced_array_is_made_once_and_keys_as_np_transpose(l
     assert X.T is X.T
     assert X.T.lineage == np.transpose(X).lineage and np.array_equal(X.T.numpy(), X.numpy().T)
     assert np.array_equal((X.T @ X).numpy(), X.numpy().T @ X.numpy())
+
+
+def test_a_recurring_call_is_served_from_its_form_and_its_inputs_hashes(local_tier, monkeypatch):
+    a, b = memphis.array(np.arange(5.0)), memphis.array(np.ones(5))
+    first = np.linalg.solve(np.outer(a, a) + np.eye(5), a * 2.0 + b)  # every form met, every result kept
+    hits = ml.stats()["hits"]
+
+    def unexpected(*args):
+        raise AssertionError("the item of a recurring call was made the general way")
+    monkeypatch.setattr(calls, "ufunc_item", unexpected)
+    monkeypatch.setattr(calls, "function_item", unexpected)
+    scaled = a * 2.0  # served by calls.known_call, from the form memo and the inputs' hashes
+    again = np.linalg.solve(np.outer(a, a) + np.eye(5), scaled + b)
+    assert ml.stats()["hits"] - hits == 5  # a * 2.0, outer, + eye, + b, solve
+    entries = {row["key"] for row in ml.tier().entries()}
+    assert scaled.lineage.key in entries and again.lineage.key == first.lineage.key
+    want = np.linalg.solve(np.outer(np.arange(5.0), np.arange(5.0)) + np.eye(5), np.arange(5.0) * 2.0 + 1)
+    assert np.array_equal(again.numpy(), want) and np.array_equal(first.numpy(), want)
+
+
+def test_an_entry_of_the_same_hash_and_another_lineage_is_never_served(local_tier):
+    a, b = memphis.array(np.arange(4.0)), memphis.array(np.full(4, 3.0))
+    total = a + b
+    memphis.array(np.zeros(4)) - memphis.array(np.ones(4))  # the form of a - b is met: a probe by calls.known_call
+    difference_key = calls.ufunc_item(np.subtract, "__call__", (a, b), {}).key
+    tier = ml.tier()
+    kept = tier._entries[total.lineage.key]
+    tier._entries[difference_key] = dataclasses.replace(kept, key=difference_key)  # as if a - b hashed like a + b
+    refused = ml.stats()["refused"]
+    difference = a - b
+    assert np.array_equal(difference.numpy(), np.arange(4.0) - 3.0) and ml.stats()["refused"] == refused + 1
+
+
+def test_operators_take_numpy_operands_directly_and_leave_others_to_theirs(local_tier):
+    raw = np.arange(1.0, 7.0).reshape(2, 3)
+    t, square = memphis.array(raw), memphis.array(np.eye(3))
+    operands = {"traced": memphis.array(raw + 1), "float": 2.5, "int": 3, "numpy float": np.float64(0.5),
+                "array": raw + 10}
+    for name, other in operands.items():
+        plain = other.numpy() if name == "traced" else other
+        for result, want in ((t + other, raw + plain), (other + t, plain + raw), (t - other, raw - plain),
+                             (other - t, plain - raw), (t * other, raw * plain), (t / other, raw / plain),
+                             (other / t, plain / raw), (t ** 2, raw ** 2), (2 ** t, 2 ** raw)):
+            assert isinstance(result, ml.TracedArray), name
+            assert np.array_equal(result.numpy(), want), name
+    assert np.array_equal((t @ square).numpy(), raw) and np.array_equal((raw.T @ t).numpy(), raw.T @ raw)
+    assert sum([t, t, t]).lineage == (0 + t + t + t).lineage  # sum() starts from 0: 0 + t
+
+    class OwnAddition:  # an operand that takes its own operations: numpy's rule gives it the call
+        __array_ufunc__ = None
+
+        def __radd__(self, other):
+            return "its own"
+    assert t + OwnAddition() == "its own"

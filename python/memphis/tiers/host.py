@@ -290,7 +290,10 @@ class HostTier:
 
     def hit(self, key: str, item):
         """(value, the item it is kept under) when ``key`` is CACHED with ``item``'s lineage, counted as
-        a hit; else None (nothing is counted). A product's first probe, before its rewrites are asked."""
+        a hit; else None (nothing is counted). A traced call's first probe (calls.known_call), and a
+        product's before its rewrites are asked."""
+        if key not in self._entries:  # the common miss, told without the lock: its computation probes under it
+            return None
         with self._lock:
             entry = self._entries.get(key)
             if _serves(entry, item):
@@ -313,6 +316,8 @@ class HostTier:
 
     def state_of(self, key: str) -> Optional[State]:
         """The state of ``key``'s entry, None when there is none (a probe that counts nothing)."""
+        if key not in self._entries:  # told without the lock, as with it: it may change right after either
+            return None
         with self._lock:
             entry = self._entries.get(key)
             return entry.state if entry else None

@@ -6,8 +6,8 @@ import numpy as np
 from memphis.backends import device_backend, numpy_backend
 from memphis.tiers.runtime import default
 from memphis.tracing import partial
-from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, getitem_item, started_early,
-                                   transpose_item, ufunc_item)
+from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, getitem_item, known_call,
+                                   started_early, transpose_item, ufunc_item)
 from memphis.tracing.lineage import LineageItem, Untraceable, array_leaf, bounded, literal
 
 log = logging.getLogger("memphis.local")
@@ -15,6 +15,10 @@ log = logging.getLogger("memphis.local")
 # Results that are views of their input: remade in no time, never cached, and never cut, so that
 # the rewrites in partial.py see what ``X.T`` is the transpose of.
 VIEW_OPCODES = {"transpose", "reshape", "ravel", "squeeze", "expand_dims", "diagonal"}
+# Host calls whose item is probed as soon as it is made (calls.known_call): not views (never
+# probed), nor concatenations (their item is partial.canonical_concatenation's, made later).
+_PROBED_DIRECTLY = {function for function, opcode in TRACED_FUNCTIONS.items()
+                    if opcode not in VIEW_OPCODES and function not in partial.CONCATENATIONS}
 
 
 def _unwrap(value, device=None):
@@ -112,19 +116,27 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(getattr(ufunc, method), inputs, {**kwargs, "out": out}, "writes into a plain array")
         # Into a traced array (``t += 1``): computed anew, and the name is bound to the result.
         device = device_backend.device_among((*inputs, *kwargs.values()))
-        try:
-            item = ufunc_item(ufunc, method, inputs, kwargs)
-        except Untraceable as why:
-            return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
+        known = known_call((ufunc, method), inputs, kwargs) if device is None and not kwargs else None
+        if known is not None:
+            item, found = known
+            if found is not None:
+                return wrap(found[0], found[1] if found[1] is not None else bounded(item))
+        else:
+            try:
+                item = ufunc_item(ufunc, method, inputs, kwargs)
+            except Untraceable as why:
+                return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
         function = ufunc if method == "__call__" else getattr(ufunc, method)
         compute = lambda: _call(function, inputs, kwargs, device)  # noqa: E731
-        # A product large enough to ask its rewrites (partial.worth_asking): a held one is a plain hit,
-        # which no rewrite can beat; one under way is waited for (run); without an entry, the rewrites
-        # (a pending key is not forced here: there is no entry for it yet).
-        if (device is None and ufunc is np.matmul and method == "__call__" and not kwargs and len(inputs) == 2
-                and isinstance(inputs[0], TracedArray) and partial.worth_asking(*inputs)):
+        # A product large enough to ask its rewrites (partial.product_work): a held one is a plain hit
+        # (known_call probed it), which no rewrite can beat; one under way is waited for (run); without
+        # an entry, the rewrites (a pending key is not forced here: there is no entry for it yet).
+        work = partial.product_work(*inputs) if (device is None and ufunc is np.matmul and method == "__call__"
+                                                 and not kwargs and len(inputs) == 2
+                                                 and isinstance(inputs[0], TracedArray)) else 0
+        if work >= partial.REWRITE_MIN_WORK:
             tier = default.host()
-            found = None if item.pending else tier.hit(item.key, item)
+            found = None if known is not None or item.pending else tier.hit(item.key, item)
             if found is not None:
                 value, kept = found
                 return wrap(value, kept if kept is not None else bounded(item))
@@ -138,7 +150,7 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
                 unmade = partial.blockwise_product(*inputs) or partial.associative_product(*inputs)
                 if unmade is not None:
                     compute = unmade
-                else:
+                elif work >= partial.PREFIX_MIN_WORK:
                     left, right = inputs
                     kept = partial.unmade_product(item, left, right)
                     if kept is None:
@@ -154,10 +166,16 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         if function not in TRACED_FUNCTIONS:
             return _plain(function, args, kwargs, "not a traced function")
         device = device_backend.device_among((*args, *kwargs.values()))
-        try:
-            item = function_item(function, args, kwargs)
-        except (Untraceable, TypeError) as why:
-            return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why)
+        known = known_call(function, args, kwargs) if device is None and function in _PROBED_DIRECTLY else None
+        if known is not None:
+            item, found = known
+            if found is not None:
+                return wrap(found[0], found[1] if found[1] is not None else bounded(item))
+        else:
+            try:
+                item = function_item(function, args, kwargs)
+            except (Untraceable, TypeError) as why:
+                return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why)
         view = item.opcode in VIEW_OPCODES
         compute = lambda: _call(function, args, kwargs, device)  # noqa: E731
         if device is None:
@@ -193,7 +211,7 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         # Made once: a loop's ``X.T @ X`` then traces its product only (the values are read-only);
         # directly, as np.transpose(self) would trace it (a view: never probed), without numpy's dispatch.
         if self._transposed is None:
-            self._transposed = wrap(self._value.T, bounded(transpose_item(self.lineage)))
+            self._transposed = TracedArray(self._value.T, bounded(transpose_item(self.lineage)))
         return self._transposed
 
     def __getitem__(self, index):
@@ -203,8 +221,9 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(lambda a, i: a[i], (self, index), {}, why)
         # Never cached: a view costs nothing, and a gather (X[:, columns]) is remade at memory speed,
         # while holding each one would take fresh memory (page faults cost as much as the gather).
-        if basic:  # slices and ints: a view, and no column selection
-            return run(item, lambda: self._value[index], view=True)
+        if basic:  # slices and ints: a view, and no column selection (run(view=True), inline: loops slice a lot)
+            value = self._value[index]
+            return TracedArray(value, bounded(item)) if type(value) is np.ndarray else wrap(value, bounded(item))
         device = None if self.deferred else device_backend.device_of(self._value)
         if device is None:
             columns = partial.selected_columns(self, index)
@@ -248,6 +267,29 @@ def _method(function):
 for _name in ("all any sum mean std var min max prod argmin argmax cumsum cumprod transpose reshape ravel "
               "squeeze dot trace diagonal clip round sort argsort take copy").split():
     setattr(TracedArray, _name, _method(getattr(np, _name)))
+
+
+# Operands numpy hands to __array_ufunc__ as they are (none has an override of its own): for these,
+# the arithmetic operators call it directly, without numpy's dispatch (0.8 µs of a 5 µs hit); any other
+# operand (a pandas Series, a device array) goes the mixin's way.
+_DIRECT_OPERANDS = {float, int, bool, np.ndarray, np.float64}
+
+
+def _operator(ufunc, name: str, reflected: bool):
+    by_numpy = getattr(np.lib.mixins.NDArrayOperatorsMixin, name)
+
+    def operator(self, other):
+        if type(other) in _DIRECT_OPERANDS or isinstance(other, TracedArray):
+            return self.__array_ufunc__(ufunc, "__call__", *((other, self) if reflected else (self, other)))
+        return by_numpy(self, other)
+    operator.__name__ = name
+    return operator
+
+
+for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.true_divide),
+                      ("pow", np.power), ("matmul", np.matmul)):
+    setattr(TracedArray, f"__{_name}__", _operator(_ufunc, f"__{_name}__", reflected=False))
+    setattr(TracedArray, f"__r{_name}__", _operator(_ufunc, f"__r{_name}__", reflected=True))
 
 
 class DeferredArray(TracedArray):

@@ -8,6 +8,7 @@ import inspect
 import logging
 
 import numpy as np
+from xxhash import xxh3_128_digest
 
 from memphis.backends import numpy_backend
 from memphis.tiers.host import State
@@ -92,7 +93,7 @@ def trace_item(opcode: str, arguments) -> LineageItem:
     return LineageItem(opcode, inputs=inputs, literals=(literals,))
 
 
-# (function or (ufunc, method), form of a call) -> (its literals, where its inputs are, head_bytes): a
+# (function or (ufunc, method), form of a call) -> (its opcode, literals, where its inputs are, head_bytes): a
 # loop calls a traced function in the same form again and again (``np.sum(a)``, ``X.T``, ``a + 1``),
 # so its literals, and the bytes they put into its hash, are made once. The form of a call is the type
 # and value of each plain argument as given, and the place of each traced one; a call with any other
@@ -114,10 +115,10 @@ def _form_of(value):
     return None
 
 
-def _remember_form(form, literals, places, head):
+def _remember_form(form, opcode, literals, places):
     if len(_forms) >= MAX_FORMS:
         _forms.clear()
-    _forms[form] = literals, tuple(places), head
+    _forms[form] = opcode, literals, tuple(places), head_bytes(opcode, literals)
 
 
 def _call_form(function, args, kwargs):
@@ -136,6 +137,31 @@ def _call_form(function, args, kwargs):
     return tuple(form)
 
 
+def known_call(memo, args, kwargs):
+    """``(item, found)`` of a call whose form was met before (``memo``: the function, or (ufunc,
+    method)): its item with its hash taken, and ``(value, the item it is kept under)`` when the host
+    tier holds it, else None. None for a call of a new form, or one whose input's hash is still
+    pending: the caller then makes its item as usual. A loop's recurring calls (``X.T @ X``,
+    ``np.linalg.solve(G, b)``) take this way, at about half the cost of the general one: the item
+    is made from the memo and its inputs' hashes, and probed directly."""
+    form = _call_form(memo, args, kwargs)
+    known = _forms.get(form) if form is not None else None
+    if known is None:
+        return None
+    opcode, literals, places, head = known
+    inputs = [(args[p] if type(p) is int else kwargs[p]).lineage for p in places]
+    parts = [head]
+    for i in inputs:  # a loop, not a comprehension: it ends at a pending hash
+        digest = i._digest
+        if digest is None:
+            if i.pending:
+                return None
+            digest = i.digest
+        parts.append(digest)
+    item = LineageItem(opcode, inputs=inputs, literals=literals, head=head, digest=xxh3_128_digest(b"".join(parts)))
+    return item, (default.host().hit(item.key, item) if item.deterministic else None)
+
+
 def function_item(function, args, kwargs) -> LineageItem:
     """The item of a call of a traced numpy function, as its canonical arguments: what trace_item
     makes of the (name, value) pairs, with the names' literals written directly (every call has
@@ -143,9 +169,9 @@ def function_item(function, args, kwargs) -> LineageItem:
     form = _call_form(function, args, kwargs)
     known = _forms.get(form) if form is not None else None
     if known is not None:
-        literals, places, head = known
+        opcode, literals, places, head = known
         inputs = [(args[p] if type(p) is int else kwargs[p]).lineage for p in places]
-        return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=literals, head=head)
+        return LineageItem(opcode, inputs=inputs, literals=literals, head=head)
     binder = _binder(function)
     arguments = binder.bind(args, kwargs)  # (name, value) pairs, defaults filled in, so a.T == np.transpose(a, None)
     inputs = []
@@ -153,8 +179,8 @@ def function_item(function, args, kwargs) -> LineageItem:
     if form is not None and binder.names is not None:
         positions = [binder.index[name] for name, value in arguments
                      if type(getattr(value, "lineage", None)) is LineageItem]
-        _remember_form(form, literals, [i if i < len(args) else binder.names[i] for i in positions],
-                       head_bytes(TRACED_FUNCTIONS[function], literals))
+        _remember_form(form, TRACED_FUNCTIONS[function], literals,
+                       [i if i < len(args) else binder.names[i] for i in positions])
     return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=literals)
 
 
@@ -187,11 +213,11 @@ def getitem_item(array, index):
     memo = ("getitem", form) if form is not None else None
     known = _forms.get(memo) if memo is not None else None
     if known is not None:
-        literals, _, head = known
+        _, literals, _, head = known
         return LineageItem("getitem", inputs=[array.lineage], literals=literals, head=head), True
     item = trace_item("getitem", (array, index))
     if memo is not None:
-        _remember_form(memo, item.literals, (), head_bytes("getitem", item.literals))
+        _remember_form(memo, "getitem", item.literals, ())
     return item, memo is not None
 
 
@@ -201,7 +227,7 @@ def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
         form = _call_form((ufunc, method), inputs, kwargs)
         known = _forms.get(form) if form is not None else None
         if known is not None:
-            literals, places, head = known
+            _, literals, places, head = known
             return LineageItem(opcode, inputs=[inputs[p].lineage for p in places], literals=literals, head=head)
         items, parts = [], []
         for value in inputs:
@@ -213,26 +239,29 @@ def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
                 parts.append(encode(value, items))
         literals = (("tuple", (("tuple", tuple(parts)), _NO_KEYWORDS)),)
         if form is not None:
-            _remember_form(form, literals, [i for i, part in enumerate(form[1:]) if part is _TRACED],
-                           head_bytes(opcode, literals))
+            _remember_form(form, opcode, literals, [i for i, part in enumerate(form[1:]) if part is _TRACED])
         return LineageItem(opcode, inputs=items, literals=literals)
     return trace_item(opcode, (tuple(inputs), tuple(sorted(kwargs.items()))))
 
 
 def transpose_item(item: LineageItem) -> LineageItem:
-    """The item of ``X.T`` for ``X`` of ``item``."""
-    return function_item(np.transpose, (Operand(item),), {})
+    """The item of ``X.T`` for ``X`` of ``item``: ``np.transpose(X)``'s, from literals made once
+    (every ``X.T @ …`` in a loop makes one)."""
+    opcode, literals, head = _plain_transpose()
+    return LineageItem(opcode, inputs=(item,), literals=literals, head=head)
 
 
 def is_plain_transpose(item: LineageItem) -> bool:
     """Whether ``item`` is what transpose_item makes of its input (``X.T``, no explicit axes): told by
     its opcode and literals, without making that item and hashing it (this runs for every product)."""
-    return item.opcode == "transpose" and len(item.inputs) == 1 and item.literals == _plain_transpose_literals()
+    return item.opcode == "transpose" and len(item.inputs) == 1 and item.literals == _plain_transpose()[1]
 
 
 @functools.lru_cache(maxsize=1)
-def _plain_transpose_literals() -> tuple:
-    return transpose_item(LineageItem("leaf")).literals
+def _plain_transpose() -> tuple:
+    """(opcode, literals, head bytes) of ``np.transpose(X)``, as function_item makes them."""
+    item = function_item(np.transpose, (Operand(LineageItem("leaf")),), {})
+    return item.opcode, item.literals, head_bytes(item.opcode, item.literals)
 
 
 def product_item(left: LineageItem, right: LineageItem) -> LineageItem:

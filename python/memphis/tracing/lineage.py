@@ -132,14 +132,17 @@ class LineageItem:
         below = _below(self, other)
         if below is None:
             return False
-        stack, seen = [], set()
+        stack = []
         for a, b in below:
             if a is b:
                 continue
-            if a.digest != b.digest:
+            if (a._digest or a.digest) != (b._digest or b.digest):
                 return False
             if a.opcode != "cut" and b.opcode != "cut":
                 stack.append((a, b))
+        if not stack:
+            return True
+        seen = set()
         while stack:
             a, b = pair = stack.pop()
             if (id(a), id(b)) in seen:
@@ -178,7 +181,7 @@ def _below(a: LineageItem, b: LineageItem):
     """None when ``a`` and ``b`` differ at their own level, else their input pairs still to compare."""
     if a is b:
         return ()
-    if a.digest != b.digest:
+    if (a._digest or a.digest) != (b._digest or b.digest):  # the hash at hand, else made
         return None
     if a.opcode == "cut" or b.opcode == "cut":
         return ()  # below a cut only the hash is known

@@ -163,12 +163,17 @@ def _answer(item: LineageItem, value, seconds: float):
     return value, held(item)
 
 
-def worth_asking(left, right) -> bool:
-    """Whether ``left @ right`` is large enough for the rewrites below to be asked (REWRITE_MIN_WORK)."""
-    right_shape = getattr(right, "shape", ())
-    if left.ndim != 2 or len(right_shape) not in (1, 2):
-        return False  # no rewrite takes other shapes
-    return left.shape[0] * left.shape[1] * (right_shape[1] if len(right_shape) == 2 else 1) >= REWRITE_MIN_WORK
+def product_work(left, right) -> int:
+    """The multiply-adds of ``left @ right``, 0 for shapes no rewrite takes: the rewrites are asked
+    from REWRITE_MIN_WORK on, those over a column prefix or through a held Gram matrix
+    (prefix_product, unmade_product) from PREFIX_MIN_WORK on."""
+    left_shape, right_shape = left.shape, getattr(right, "shape", ())
+    if len(left_shape) != 2 or len(right_shape) not in (1, 2):
+        return 0
+    return left_shape[0] * left_shape[1] * (right_shape[1] if len(right_shape) == 2 else 1)
+
+
+CONCATENATIONS = (np.concatenate, np.hstack, np.vstack, np.column_stack)
 
 
 def canonical_concatenation(function, args, kwargs):
@@ -177,7 +182,7 @@ def canonical_concatenation(function, args, kwargs):
     ``np.hstack((X, v))``, ``np.column_stack((X, v))`` and ``np.concatenate((X, v), axis=1)`` of
     2-D parts are the same value, so they get the same item, which records the parts' widths.
     """
-    if function not in (np.concatenate, np.hstack, np.vstack, np.column_stack) or len(args) != 1:
+    if function not in CONCATENATIONS or len(args) != 1:
         return None
     if set(kwargs) - ({"axis"} if function is np.concatenate else set()):
         return None
@@ -267,6 +272,9 @@ def crossproduct(item: LineageItem, left_t, right):
     if selected is not None:
         return selected
     source = getattr(left_t, "source", None)  # L of a deferred Lᵀ: its parts, not its value
+    if source is None and not _compositions and left_item.opcode != "concatenate" \
+            and right_item.opcode != "concatenate":
+        return None  # neither is known in parts (the common product: told before any section is looked for)
     through_factors = product_crossproduct(item, source, right) if getattr(source, "factors", None) else None
     if through_factors is not None:
         return through_factors
