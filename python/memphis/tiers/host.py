@@ -40,6 +40,8 @@ class State(enum.Enum):
     CACHED = "cached"
     SPILLED = "spilled"
 
+    __hash__ = object.__hash__  # members are singletons: checking a move then hashes in C, not in enum's Python
+
 
 # The only moves an entry makes; None is "not in the table".
 TRANSITIONS = {

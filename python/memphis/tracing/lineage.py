@@ -39,7 +39,8 @@ class LineageItem:
     True
     """
 
-    __slots__ = ("opcode", "inputs", "literals", "deterministic", "height", "_digest", "_head", "_key", "__weakref__")
+    __slots__ = ("opcode", "inputs", "literals", "deterministic", "height", "_digest", "_head", "_key", "_leaf",
+                 "__weakref__")
 
     def __init__(self, opcode: str, *, inputs=(), literals=(), deterministic: bool = True, digest: bytes = None,
                  head: bytes = None):
@@ -57,6 +58,7 @@ class LineageItem:
         self._digest = digest
         self._head = head
         self._key = None
+        self._leaf = None
 
     @property
     def digest(self) -> bytes:
@@ -104,11 +106,14 @@ class LineageItem:
         return int.from_bytes(self.digest[:8], "little")
 
     def leaf(self) -> "LineageItem":
-        """A ``cut`` leaf with this item's hash and nothing below it."""
+        """A ``cut`` leaf with this item's hash and nothing below it (made once: a loop's every kept
+        result cuts its inputs, the same arrays again and again)."""
         if self.opcode == "cut":
             return self
-        return LineageItem("cut", literals=(("opcode", self.opcode),), deterministic=self.deterministic,
-                           digest=self.digest)
+        if self._leaf is None:
+            self._leaf = LineageItem("cut", literals=(("opcode", self.opcode),), deterministic=self.deterministic,
+                                     digest=self.digest)
+        return self._leaf
 
     def cut(self) -> "LineageItem":
         """This item with its inputs replaced by their ``cut`` leaves: what a trace keeps below a cached key.
