@@ -296,9 +296,10 @@ def test_a_recurring_call_is_served_from_its_form_and_its_inputs_hashes(local_ti
 
     def unexpected(*args):
         raise AssertionError("the item of a recurring call was made the general way")
-    monkeypatch.setattr(calls, "ufunc_item", unexpected)
-    monkeypatch.setattr(calls, "function_item", unexpected)
-    scaled = a * 2.0  # served by calls.known_call, from the form memo and the inputs' hashes
+    traced = importlib.import_module("memphis.tracing.array")
+    monkeypatch.setattr(traced, "ufunc_item", unexpected)
+    monkeypatch.setattr(traced, "function_item", unexpected)
+    scaled = a * 2.0  # served by calls.known_call, from the form memo and the inputs' hashes (np.eye(5)'s too)
     again = np.linalg.solve(np.outer(a, a) + np.eye(5), scaled + b)
     assert ml.stats()["hits"] - hits == 5  # a * 2.0, outer, + eye, + b, solve
     entries = {row["key"] for row in ml.tier().entries()}

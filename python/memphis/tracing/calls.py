@@ -13,7 +13,7 @@ from xxhash import xxh3_128_digest
 from memphis.backends import numpy_backend
 from memphis.tiers.host import State
 from memphis.tiers.runtime import default
-from memphis.tracing.lineage import LineageItem, bounded, encode, head_bytes
+from memphis.tracing.lineage import LineageItem, array_leaf, bounded, encode, head_bytes
 
 log = logging.getLogger("memphis.local")
 
@@ -96,8 +96,9 @@ def trace_item(opcode: str, arguments) -> LineageItem:
 # (function or (ufunc, method), form of a call) -> (its opcode, literals, where its inputs are, head_bytes): a
 # loop calls a traced function in the same form again and again (``np.sum(a)``, ``X.T``, ``a + 1``),
 # so its literals, and the bytes they put into its hash, are made once. The form of a call is the type
-# and value of each plain argument as given, and the place of each traced one; a call with any other
-# argument (a raw array, a list, a dtype) is encoded every time. Emptied when full.
+# and value of each plain argument as given, and the place of each data input (a traced array, or a
+# raw numpy array, whose item is its content hash: ``G + lam * np.eye(d)``); a call with any other
+# argument (a list, a dtype, a pandas frame) is encoded every time. Emptied when full.
 _forms = {}
 MAX_FORMS = 4096
 _FORM_TYPES = {type(None), bool, int, str, type(np._NoValue)}  # values that equal only their own literal
@@ -110,9 +111,15 @@ def _form_of(value):
         return kind, value
     if kind is float:  # 0.0 == -0.0 and nan != nan: by its text, as its literal is
         return kind, repr(value)
-    if type(getattr(value, "lineage", None)) is LineageItem:
+    if (kind is np.ndarray and not value.dtype.hasobject) or type(getattr(value, "lineage", None)) is LineageItem:
         return _TRACED
     return None
+
+
+def _input_item(value) -> LineageItem:
+    """The item of a data input at a place of a call form: a traced array's lineage, a raw array's
+    leaf (its content hash, as encode makes it)."""
+    return array_leaf(value) if type(value) is np.ndarray else value.lineage
 
 
 def _remember_form(form, opcode, literals, places):
@@ -149,7 +156,7 @@ def known_call(memo, args, kwargs):
     if known is None:
         return None
     opcode, literals, places, head = known
-    inputs = [(args[p] if type(p) is int else kwargs[p]).lineage for p in places]
+    inputs = [_input_item(args[p] if type(p) is int else kwargs[p]) for p in places]
     parts = [head]
     for i in inputs:  # a loop, not a comprehension: it ends at a pending hash
         digest = i._digest
@@ -170,15 +177,14 @@ def function_item(function, args, kwargs) -> LineageItem:
     known = _forms.get(form) if form is not None else None
     if known is not None:
         opcode, literals, places, head = known
-        inputs = [(args[p] if type(p) is int else kwargs[p]).lineage for p in places]
+        inputs = [_input_item(args[p] if type(p) is int else kwargs[p]) for p in places]
         return LineageItem(opcode, inputs=inputs, literals=literals, head=head)
     binder = _binder(function)
     arguments = binder.bind(args, kwargs)  # (name, value) pairs, defaults filled in, so a.T == np.transpose(a, None)
     inputs = []
     literals = (("tuple", tuple([("tuple", (("str", repr(name)), encode(value, inputs))) for name, value in arguments])),)
     if form is not None and binder.names is not None:
-        positions = [binder.index[name] for name, value in arguments
-                     if type(getattr(value, "lineage", None)) is LineageItem]
+        positions = [binder.index[name] for name, value in arguments if _form_of(value) is _TRACED]
         _remember_form(form, TRACED_FUNCTIONS[function], literals,
                        [i if i < len(args) else binder.names[i] for i in positions])
     return LineageItem(TRACED_FUNCTIONS[function], inputs=inputs, literals=literals)
@@ -228,7 +234,7 @@ def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
         known = _forms.get(form) if form is not None else None
         if known is not None:
             _, literals, places, head = known
-            return LineageItem(opcode, inputs=[inputs[p].lineage for p in places], literals=literals, head=head)
+            return LineageItem(opcode, inputs=[_input_item(inputs[p]) for p in places], literals=literals, head=head)
         items, parts = [], []
         for value in inputs:
             lineage = getattr(value, "lineage", None)
