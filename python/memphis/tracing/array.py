@@ -64,6 +64,17 @@ def run(item: LineageItem, compute, *, view: bool = False, device=None, shapes_o
     return wrap(*cached(item, compute, device=device, shapes_of=shapes_of))
 
 
+def _traced_call(memo, args, kwargs, probe: bool, make):
+    """``(item, None)`` of a traced call, or ``(item, its traced value)`` when ``probe`` and the host
+    tier holds it (calls.known_call: a call of a form met before, probed from its memo and its
+    inputs' hashes). ``make()`` makes the item of any other call (and raises for one that has none)."""
+    known = known_call(memo, args, kwargs) if probe else None
+    if known is None:
+        return make(), None
+    item, found = known
+    return item, (None if found is None else wrap(found[0], found[1] if found[1] is not None else bounded(item)))
+
+
 def wrap(value, item: LineageItem):
     """Arrays become traced arrays; tuples of results (eigh, svd, lstsq) are wrapped per element."""
     if isinstance(value, (np.ndarray, np.generic)):
@@ -116,27 +127,25 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(getattr(ufunc, method), inputs, {**kwargs, "out": out}, "writes into a plain array")
         # Into a traced array (``t += 1``): computed anew, and the name is bound to the result.
         device = device_backend.device_among((*inputs, *kwargs.values()))
-        known = known_call((ufunc, method), inputs, kwargs) if device is None and not kwargs else None
-        if known is not None:
-            item, found = known
-            if found is not None:
-                return wrap(found[0], found[1] if found[1] is not None else bounded(item))
-        else:
-            try:
-                item = ufunc_item(ufunc, method, inputs, kwargs)
-            except Untraceable as why:
-                return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
+        try:
+            item, held = _traced_call((ufunc, method), inputs, kwargs, device is None and not kwargs,
+                                      lambda: ufunc_item(ufunc, method, inputs, kwargs))
+        except Untraceable as why:
+            return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
+        if held is not None:
+            return held
         function = ufunc if method == "__call__" else getattr(ufunc, method)
         compute = lambda: _call(function, inputs, kwargs, device)  # noqa: E731
-        # A product large enough to ask its rewrites (partial.product_work): a held one is a plain hit
-        # (known_call probed it), which no rewrite can beat; one under way is waited for (run); without
-        # an entry, the rewrites (a pending key is not forced here: there is no entry for it yet).
+        # A product large enough to ask its rewrites (partial.product_work): a held one is a plain hit,
+        # which no rewrite can beat (probed already when its form was met before: a second probe then
+        # costs a lookup); one under way is waited for (run); without an entry, the rewrites (a
+        # pending key is not forced here: there is no entry for it yet).
         work = partial.product_work(*inputs) if (device is None and ufunc is np.matmul and method == "__call__"
                                                  and not kwargs and len(inputs) == 2
                                                  and isinstance(inputs[0], TracedArray)) else 0
         if work >= partial.REWRITE_MIN_WORK:
             tier = default.host()
-            found = None if known is not None or item.pending else tier.hit(item.key, item)
+            found = None if item.pending else tier.hit(item.key, item)
             if found is not None:
                 value, kept = found
                 return wrap(value, kept if kept is not None else bounded(item))
@@ -166,16 +175,13 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         if function not in TRACED_FUNCTIONS:
             return _plain(function, args, kwargs, "not a traced function")
         device = device_backend.device_among((*args, *kwargs.values()))
-        known = known_call(function, args, kwargs) if device is None and function in _PROBED_DIRECTLY else None
-        if known is not None:
-            item, found = known
-            if found is not None:
-                return wrap(found[0], found[1] if found[1] is not None else bounded(item))
-        else:
-            try:
-                item = function_item(function, args, kwargs)
-            except (Untraceable, TypeError) as why:
-                return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why)
+        try:
+            item, held = _traced_call(function, args, kwargs, device is None and function in _PROBED_DIRECTLY,
+                                      lambda: function_item(function, args, kwargs))
+        except (Untraceable, TypeError) as why:
+            return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why)
+        if held is not None:
+            return held
         view = item.opcode in VIEW_OPCODES
         compute = lambda: _call(function, args, kwargs, device)  # noqa: E731
         if device is None:
