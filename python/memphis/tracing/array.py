@@ -156,7 +156,8 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
                 if rewritten is not None:
                     value, in_tier = rewritten
                     return wrap(value, item.cut() if in_tier else item)
-                unmade = partial.blockwise_product(*inputs) or partial.associative_product(*inputs)
+                unmade = (partial.blockwise_product(*inputs) or partial.associative_product(*inputs)) \
+                    if inputs[0].deferred else None  # both take a deferred left operand only
                 if unmade is not None:
                     compute = unmade
                 elif work >= partial.PREFIX_MIN_WORK:

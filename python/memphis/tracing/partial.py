@@ -261,20 +261,21 @@ def crossproduct(item: LineageItem, left_t, right):
     Asked only for a product without an entry (TracedArray.__array_ufunc__ probes first): a full hit,
     or a computation under way, is better than any rewrite.
     """
-    tier = default.host()
     right_ndim = getattr(right, "ndim", None)
-    if left_t.ndim != 2 or right_ndim not in (1, 2) or left_t.lineage.opcode != "transpose":
+    if left_t.lineage.opcode != "transpose" or left_t.ndim != 2 or right_ndim not in (1, 2):
         return None
     left_item, right_item = left_t.lineage.inputs[0], item.inputs[1]
+    source = getattr(left_t, "source", None)  # L of a deferred Lᵀ: its parts, not its value
+    in_parts = source is not None or bool(_compositions) or left_item.opcode == "concatenate" \
+        or right_item.opcode == "concatenate"
+    if not in_parts and not _selections:
+        return None  # the common product: told before anything is looked up
     if not is_plain_transpose(left_t.lineage):
         return None  # a transpose with explicit axes
     selected = column_selection_product(item, left_item, right)
-    if selected is not None:
+    if selected is not None or not in_parts:
         return selected
-    source = getattr(left_t, "source", None)  # L of a deferred Lᵀ: its parts, not its value
-    if source is None and not _compositions and left_item.opcode != "concatenate" \
-            and right_item.opcode != "concatenate":
-        return None  # neither is known in parts (the common product: told before any section is looked for)
+    tier = default.host()
     through_factors = product_crossproduct(item, source, right) if getattr(source, "factors", None) else None
     if through_factors is not None:
         return through_factors
