@@ -228,9 +228,8 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return _plain(lambda a, i: a[i], (self, index), {}, why)
         # Never cached: a view costs nothing, and a gather (X[:, columns]) is remade at memory speed,
         # while holding each one would take fresh memory (page faults cost as much as the gather).
-        if basic:  # slices and ints: a view, and no column selection (run(view=True), inline: loops slice a lot)
-            value = self._value[index]
-            return TracedArray(value, bounded(item)) if type(value) is np.ndarray else wrap(value, bounded(item))
+        if basic:  # slices and ints: a view, and no column selection (what run(view=True) does, without its closure)
+            return wrap(self._value[index], bounded(item))
         device = None if self.deferred else device_backend.device_of(self._value)
         if device is None:
             columns = partial.selected_columns(self, index)
