@@ -511,7 +511,7 @@ def main(argv=None) -> int:
             print(f"SystemDS skipped: {why}", file=sys.stderr)
     results = {"provenance": rigor.provenance(), "repeats": args.repeats, "quick": args.quick,
                "host_budget": tier.max_bytes if args.host_budget else None, "systemds": systemds,
-               "versions": {"numpy": np.__version__, "memphis": memphis.__version__, "joblib": version("joblib"),
+               "versions": {"numpy": np.__version__, "memphis": memphis.__version__, "joblib": version("joblib"), "xxhash": version("xxhash"),
                             "scikit-learn": version("scikit-learn"),
                             "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")},
                "scales": {}}

@@ -42,6 +42,7 @@ import sys
 import time
 
 import numpy as np
+import xxhash
 
 import memphis
 import memphis.gpu
@@ -191,7 +192,7 @@ def child(args) -> dict:
         backend.close()
     return {"rows": rows, "default_caching_threshold_us": round(caching_threshold_us, 2),
             "first_touch_ns_per_byte": round(memphis.local.tier().first_touch_s * 1e9, 3),
-            "numpy": np.__version__, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
+            "numpy": np.__version__, "xxhash": xxhash.VERSION, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
 
 
 # --- the parent: one child per thread setting, and the report -----------------------------------
