@@ -511,8 +511,8 @@ def main(argv=None) -> int:
             print(f"SystemDS skipped: {why}", file=sys.stderr)
     results = {"provenance": rigor.provenance(), "repeats": args.repeats, "quick": args.quick,
                "host_budget": tier.max_bytes if args.host_budget else None, "systemds": systemds,
-               "versions": {"numpy": np.__version__, "memphis": memphis.__version__, "joblib": version("joblib"), "xxhash": version("xxhash"),
-                            "scikit-learn": version("scikit-learn"),
+               "versions": {"numpy": np.__version__, "memphis": memphis.__version__, "joblib": version("joblib"),
+                            "scikit-learn": version("scikit-learn"), "xxhash": version("xxhash"),
                             "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")},
                "scales": {}}
     runs_per_scale = sum(len(run_order(name, args.repeats, args.quick, skip)) for name in names)
