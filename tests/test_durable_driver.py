@@ -82,6 +82,16 @@ def test_lineage_keys_are_the_same_in_every_process():
     assert keys[0] == keys[1] and len(keys[0]) >= 5
 
 
+def test_an_arrays_key_is_fixed_across_versions_of_its_hash_library():
+    """Durable files are found by key in later processes, whichever xxhash is installed there (3.x
+    hashes with SSE2 only, 4.1 dispatches to AVX2/AVX-512: the same xxh3). Both values were taken
+    under xxhash 3.6.0 and 4.1.0; a change to how an array is keyed must change them knowingly."""
+    X = np.arange(12.0).reshape(4, 3)
+    assert memphis.array(X).lineage.key == "8ea096ec4d17e3081e1c91e61b36451d"
+    assert memphis.array(np.asfortranarray(X)).lineage.key == "8ea096ec4d17e3081e1c91e61b36451d"
+    assert memphis.array(X.astype(np.float32)).lineage.key != "8ea096ec4d17e3081e1c91e61b36451d"
+
+
 # --- a grid search read back in a second process ------------------------------------------------
 
 GRID_APP = r"""
