@@ -144,6 +144,16 @@ def _call_form(function, args, kwargs):
     return tuple(form)
 
 
+def _remembered(form, args, kwargs):
+    """(opcode, literals, the inputs' items, head bytes) of a call of ``form`` met before, else None
+    (a form not met yet, or ``form`` None: a call encoded every time)."""
+    known = _forms.get(form) if form is not None else None
+    if known is None:
+        return None
+    opcode, literals, places, head = known
+    return opcode, literals, [_input_item(args[p] if type(p) is int else kwargs[p]) for p in places], head
+
+
 def known_call(memo, args, kwargs):
     """``(item, found)`` of a call whose form was met before (``memo``: the function, or (ufunc,
     method)): its item with its hash taken, and ``(value, the item it is kept under)`` when the host
@@ -151,12 +161,10 @@ def known_call(memo, args, kwargs):
     pending: the caller then makes its item as usual. A loop's recurring calls (``X.T @ X``,
     ``np.linalg.solve(G, b)``) take this way, at about half the cost of the general one: the item
     is made from the memo and its inputs' hashes, and probed directly."""
-    form = _call_form(memo, args, kwargs)
-    known = _forms.get(form) if form is not None else None
+    known = _remembered(_call_form(memo, args, kwargs), args, kwargs)
     if known is None:
         return None
-    opcode, literals, places, head = known
-    inputs = [_input_item(args[p] if type(p) is int else kwargs[p]) for p in places]
+    opcode, literals, inputs, head = known
     parts = [head]
     for i in inputs:  # a loop, not a comprehension: it ends at a pending hash
         digest = i._digest
@@ -174,10 +182,9 @@ def function_item(function, args, kwargs) -> LineageItem:
     makes of the (name, value) pairs, with the names' literals written directly (every call has
     several, most of them defaults)."""
     form = _call_form(function, args, kwargs)
-    known = _forms.get(form) if form is not None else None
+    known = _remembered(form, args, kwargs)
     if known is not None:
-        opcode, literals, places, head = known
-        inputs = [_input_item(args[p] if type(p) is int else kwargs[p]) for p in places]
+        opcode, literals, inputs, head = known
         return LineageItem(opcode, inputs=inputs, literals=literals, head=head)
     binder = _binder(function)
     arguments = binder.bind(args, kwargs)  # (name, value) pairs, defaults filled in, so a.T == np.transpose(a, None)
@@ -231,10 +238,10 @@ def ufunc_item(ufunc, method, inputs, kwargs) -> LineageItem:
     opcode = "ufunc." + ufunc.__name__ + ("" if method == "__call__" else "." + method)
     if not kwargs:  # the common call, encoded as trace_item would encode it, without its generality
         form = _call_form((ufunc, method), inputs, kwargs)
-        known = _forms.get(form) if form is not None else None
+        known = _remembered(form, inputs, kwargs)
         if known is not None:
-            _, literals, places, head = known
-            return LineageItem(opcode, inputs=[_input_item(inputs[p]) for p in places], literals=literals, head=head)
+            _, literals, items, head = known
+            return LineageItem(opcode, inputs=items, literals=literals, head=head)
         items, parts = [], []
         for value in inputs:
             lineage = getattr(value, "lineage", None)
