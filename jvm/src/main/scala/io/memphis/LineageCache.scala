@@ -6,7 +6,7 @@ import io.memphis.CacheStats.Counter
 import io.memphis.LineageCache.Marks
 import io.memphis.cache.{EntryTable, Eviction, Executions, PendingObservation, QueryCandidates, QueryConf, ReuseActions,
   ReusePolicy, SlowerQueries, SparkCache, StorageTracking}
-import io.memphis.lineage.LineageKey
+import io.memphis.lineage.{InlineCtes, LineageKey}
 import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, OwnerMark, RetainShuffle, StorageListener}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
@@ -182,24 +182,27 @@ final class LineageCache private (val sparkContext: SparkContext) {
     table.locked(actions.observe(o.query, o.decisions, System.currentTimeMillis())))
 
   /**
-   * Persists the candidate subplan of `plan` whose key hash is `hash` now, before its first
+   * Persists the candidate subplan of `analyzed` (its WITH clauses inlined, as the query runs) whose key hash is `hash` now, before its first
    * occurrence: the caller knows it is shared (several actions submitted together read it), so
    * waiting for a second occurrence would compute it twice, concurrently. Spark fills it lazily in
    * the first job that needs it. Says whether memphis holds it now.
    */
-  def persistShared(session: SparkSession, plan: LogicalPlan, hash: String, reason: String): Boolean =
+  def persistShared(session: SparkSession, analyzed: LogicalPlan, hash: String, reason: String): Boolean = {
+    val plan = InlineCtes.inlined(analyzed)
     LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).collectFirst {
       case (subplan, Right(key)) if key.hash == hash && QueryCandidates.isCandidate(subplan, plan) => (subplan, key)
     }.exists { case (subplan, key) =>
       table.locked(eviction.session = Some(session))
       actions.persistShared(session, ConnectSessions.userOfQuery(session), subplan, key, reason, SparkShimImpl.sqlConf(session))
     }
+  }
 
   /**
-   * The candidate subplans of `plan` with a key, root first: (key, the keys of the candidate
+   * The candidate subplans of `analyzed` (its WITH clauses inlined) with a key, root first: (key, the keys of the candidate
    * subplans that contain it). What is worth sharing between queries submitted together.
    */
-  def candidateKeys(session: SparkSession, plan: LogicalPlan): Seq[(LineageKey, Seq[String])] = {
+  def candidateKeys(session: SparkSession, analyzed: LogicalPlan): Seq[(LineageKey, Seq[String])] = {
+    val plan = InlineCtes.inlined(analyzed)
     val found = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).collect {
       case (subplan, Right(key)) if QueryCandidates.isCandidate(subplan, plan) => key
     }

@@ -3,7 +3,7 @@ package io.memphis
 import io.memphis.checkpoint.CheckpointRule
 import io.memphis.collected.{CollectedResultRule, KeepResultRule, KeepResultStrategy, SortCollectedRows}
 import io.memphis.durable.DurableReadRule
-import io.memphis.lineage.ServedSubplanStrategy
+import io.memphis.lineage.{InlineCtes, ServedSubplanStrategy}
 import io.memphis.reuse.{BroadcastReuseRule, RemoveOwnerMarks, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.execution.ColumnarRule
@@ -22,9 +22,11 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     MemphisConf.register()
     SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
     MemphisTableFunctions.all.foreach(extensions.injectTableFunction)
-    // Normalization rules run in this order: collected results served first, then durable results, then
+    // Normalization rules run in this order: WITH clauses inlined as the optimizer will (so that every
+    // subplan is a computation of its own), collected results served, then durable results, then
     // the checkpoint cut, so that reuse decides on the plan they left; the mark that keeps this query's
     // collected rows last.
+    extensions.injectPlanNormalizationRule(_ => new InlineCtes)
     extensions.injectPlanNormalizationRule(session => new CollectedResultRule(session))
     extensions.injectPlanNormalizationRule(session => new DurableReadRule(session))
     extensions.injectPlanNormalizationRule(session => new CheckpointRule(session))

@@ -2,7 +2,7 @@ package io.memphis
 
 import scala.util.control.NonFatal
 
-import io.memphis.lineage.LineageKey
+import io.memphis.lineage.{InlineCtes, LineageKey}
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
@@ -71,7 +71,9 @@ object PythonFacade {
         false
     }
 
-  def keyOf(session: SparkSession, plan: LogicalPlan): LineageKey.Result = LineageKey.of(plan, MemphisConf.keyContext(session))
+  /** The key of `plan` (analyzed) as memphis's rules key it when it runs, its WITH clauses inlined. */
+  def keyOf(session: SparkSession, plan: LogicalPlan): LineageKey.Result =
+    LineageKey.of(InlineCtes.inlined(plan), MemphisConf.keyContext(session))
 
   def explanation(key: LineageKey.Result): String = key match {
     case Right(k) => s"lineage key ${k.hash} (height ${k.height})\n${k.explain}"

@@ -16,7 +16,8 @@ final class NoKey(val reason: String) extends Exception(reason, null, false, fal
  * Attribute references become positions in a child's output (`c1.3`: child 1, column 3), so
  * expression ids and alias names (which do not change results) drop out and the form is the same
  * in every JVM. Ids the node defines itself (aliases' targets, generator and aggregate results,
- * lambda variables) become local ordinals in order of appearance. Operands of commutative
+ * lambda variables, subquery expressions, a `With` expression's common operands) become local
+ * ordinals in order of appearance: nothing Spark draws while analyzing enters the form. Operands of commutative
  * operators are ordered by their text, conjuncts and disjuncts flattened and ordered. Every value
  * is written from its content (class names, strings, numbers, JSON of types); a value with no
  * such text (a closure, an RDD, a connection) means no key.
@@ -32,6 +33,7 @@ private[lineage] final class CanonicalForm(node: LogicalPlan, outer: Option[Cano
     positions.reverse.toMap // the first child that outputs an id names it
   }
   private val locals = mutable.LinkedHashMap.empty[ExprId, Int]
+  private val drawn = mutable.LinkedHashMap.empty[Any, Int]
 
   private def local(id: ExprId): Int = locals.getOrElseUpdate(id, locals.size)
 
@@ -92,6 +94,8 @@ private[lineage] final class CanonicalForm(node: LogicalPlan, outer: Option[Cano
     case e: Expression => expression(e)
     case p: LogicalPlan => subquery(p, this)
     case id: ExprId => s"d${local(id)}"
+    case id: Product with AnyRef if CanonicalForm.DrawnIds.contains(id.getClass.getSimpleName) =>
+      s"${name(id)}#${drawn.getOrElseUpdate(id, drawn.size)}"
     case t: DataType => t.json
     case s: String => Canonical.quote(s)
     case s: UTF8String => Canonical.quote(s.toString)
@@ -113,4 +117,13 @@ private[lineage] final class CanonicalForm(node: LogicalPlan, outer: Option[Cano
 
 private object CanonicalForm {
   val SparkSql = "org.apache.spark.sql."
+
+  /**
+   * Identifier classes whose values Spark draws from a counter while it analyzes a query (so the same
+   * text gets new ones at every ask), by simple name since they are not on every line: each is written
+   * as an ordinal in order of appearance within the node, as expression ids are. `CommonExpressionId`
+   * names the shared operand of a `With` expression (Spark 4 analyzes `x BETWEEN a AND b` into one).
+   * CTE ids are not here: [[InlineCtes]] removes the references that carry them.
+   */
+  val DrawnIds = Set("CommonExpressionId")
 }

@@ -8,6 +8,7 @@ import org.apache.spark.sql.catalyst.plans.logical._
  *  - seeded `rand(s)`/`randn(s)` and `sample(seed)` repeat their values for the same input
  *    partitions, so they are allowed when every operator below keeps the rows of a scan in their
  *    order (no shuffle, whose arrival order varies); the key then records the partitioning confs;
+ *  - a sample without a seed (Spark 4.2's unseeded `TABLESAMPLE`, drawn at run time) is refused;
  *  - functions Spark treats as constants within a query but that change between queries
  *    (current time and date, current user, catalog and database) are refused.
  */
@@ -32,6 +33,18 @@ object Determinism {
             (if (isUnseededRandom(culprit)) " (no seed)" else ""))
         }
       }
+
+  /** Why `node` itself, apart from its expressions, rules out a key, if it does. */
+  def nodeRefusal(node: LogicalPlan): Option[String] = node match {
+    case s: Sample if !hasSeed(s) => Some("a sample without a seed (TABLESAMPLE) draws other rows at every run")
+    case _ => None
+  }
+
+  // From Spark 4.2 a sample's seed is optional (none: drawn when it runs); earlier lines always hold one.
+  private def hasSeed(s: Sample): Boolean = (s.seed: Any) match {
+    case seed: Option[_] => seed.isDefined
+    case _ => true
+  }
 
   def isSeededRandom(e: Expression): Boolean = e match {
     case r: Rand => !r.hideSeed && r.child.foldable

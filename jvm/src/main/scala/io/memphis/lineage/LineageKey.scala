@@ -86,7 +86,8 @@ object LineageKey {
   /** A key, or why there is none. */
   type Result = Either[String, LineageKey]
 
-  private[lineage] val FormatVersion = "memphis-lineage-v1"
+  // v2: listings skip what Spark skips and carry each file's content digest; analysis-drawn ids are ordinals.
+  private[lineage] val FormatVersion = "memphis-lineage-v2"
 
   def of(plan: LogicalPlan, context: KeyContext): Result = new Builder(context).result(plan)
 
@@ -179,7 +180,8 @@ object LineageKey {
     /** One node's canonical text; throws [[NoKey]] when it cannot have a key. */
     private def text(plan: LogicalPlan, outer: Option[CanonicalForm], sources: ArrayBuffer[SourceFingerprint],
         child: Int => String): String = {
-      plan.expressions.flatMap(Determinism.refusal).headOption.foreach(r => throw new NoKey(r))
+      (Determinism.nodeRefusal(plan) ++ plan.expressions.flatMap(Determinism.refusal)).headOption
+        .foreach(r => throw new NoKey(r))
       val own = plan match {
         case leaf: LeafNode => leafText(leaf, sources)
         case _ => new CanonicalForm(plan, outer, (p, scope) => inline(p, scope, sources)).text(child)
@@ -202,8 +204,9 @@ object LineageKey {
       case l: LogicalRelation => l.relation match {
         case fs: HadoopFsRelation =>
           val roots = fs.location.rootPaths.map(_.toString)
+          val glob = fs.options.collectFirst { case (k, v) if k.equalsIgnoreCase("pathGlobFilter") => v }
           sources += DeltaVersion.of(fs.location, roots, context.hadoopConf)
-            .getOrElse(FileListing.of(roots, context.hadoopConf, context.maxListedFiles))
+            .getOrElse(FileListing.read(fs.location, roots, context.hadoopConf, context.maxListedFiles, glob))
           val options = fs.options.toSeq.map { case (k, v) => s"${Canonical.quote(k.toLowerCase)}=${Canonical.quote(v)}" }
           s"files(${fs.fileFormat.getClass.getName},data=${fs.dataSchema.json},partition=${fs.partitionSchema.json}," +
             s"bucket=${fs.bucketSpec.map(b => Canonical.quote(b.toString)).getOrElse("none")}," +
@@ -221,6 +224,8 @@ object LineageKey {
         s"local(out=${output(r.output.collect { case a: AttributeReference => a })})"
       case r: DataSourceV2Relation => tableText(r, sources)
       case _: Range | _: OneRowRelation => new CanonicalForm(leaf, None, (_, _) => "").text(_ => "")
+      case ref if ref.nodeName == "CTERelationRef" =>
+        throw new NoKey("a WITH clause Spark does not inline (not deterministic, or recursive) is read here")
       case other => throw new NoKey(s"source ${other.nodeName} has no fingerprint")
     }
 

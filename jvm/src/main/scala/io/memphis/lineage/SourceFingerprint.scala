@@ -5,7 +5,8 @@ import java.security.MessageDigest
 import scala.collection.mutable.ArrayBuffer
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
+import org.apache.hadoop.fs.{FileStatus, FileSystem, GlobFilter, Path}
+import org.apache.spark.sql.execution.datasources.{FileIndex, PartitioningAwareFileIndex}
 import org.apache.spark.sql.memphis.SparkShimImpl
 
 /**
@@ -54,31 +55,75 @@ object SourceFingerprint {
 }
 
 /**
- * Files under Spark's root paths: sorted (path, size, modification time) of a fresh recursive
- * listing. Spark's own listing is not reused: it is cached when the DataFrame is made and cannot
- * see writers outside Spark, which is what this check is for. Hidden files (`.` or `_` prefix) are
- * skipped, as Spark skips them. Delta tables get [[DeltaVersion]] instead.
+ * Files under Spark's root paths: sorted (path, size, modification time, content digest) of a fresh
+ * recursive listing, with the files Spark skips skipped (its hidden-name rule, empty files, the
+ * read's `pathGlobFilter`). It is what a file source holds now; [[FileListing.read]] binds a plan's
+ * key to it only when the plan reads exactly these files. The content digest ([[FileContent]]) sees
+ * a file rewritten with its size and modification time kept. Delta tables get [[DeltaVersion]] instead.
  */
 final case class FileListing(rootPaths: Seq[String], files: Int, listingHash: String)(
-    hadoopConf: Configuration, maxFiles: Int) extends SourceFingerprint {
+    hadoopConf: Configuration, maxFiles: Int, globFilter: Option[String]) extends SourceFingerprint {
   def identity: Option[String] = Some(SourceFingerprint.pathsIdentity(rootPaths))
   def digest: String = s"files(${rootPaths.map(Canonical.quote).mkString(",")};n=$files;$listingHash)"
   def describe: String = s"${rootPaths.mkString(", ")}: $files files, listing $listingHash"
-  def recheck(): SourceFingerprint = Unavailable.unless(FileListing.of(rootPaths, hadoopConf, maxFiles))
+  def recheck(): SourceFingerprint = Unavailable.unless(FileListing.of(rootPaths, hadoopConf, maxFiles, globFilter))
 }
 
 object FileListing {
+  /**
+   * The fingerprint of the files a plan's `location` reads. An index that listed its files when it
+   * was made (a DataFrame's `InMemoryFileIndex`, a table's cached relation) reads that list, however
+   * old: when another writer has added, removed or rewritten a file since, the plan's rows are not
+   * those of the files now, and a key from a fresh listing would file old rows under the fresh
+   * query's key. Such a plan gets no key (it can neither serve nor be served). An index that lists
+   * when it runs (a catalog table's `CatalogFileIndex`) reads the files now.
+   */
+  def read(location: FileIndex, rootPaths: Seq[String], hadoopConf: Configuration, maxFiles: Int,
+      globFilter: Option[String]): FileListing = {
+    val now = listing(rootPaths, hadoopConf, maxFiles, globFilter)
+    location match {
+      case listed: PartitioningAwareFileIndex =>
+        val planned = listed.allFiles().filter(f => f.getLen > 0 && keeps(f.getPath.getName, globFilter)).map(entry)
+        if (planned.sorted != now.map(_._1)) {
+          throw new NoKey(s"the plan's list of the files under ${rootPaths.mkString(", ")} is older than the files " +
+            s"(${planned.size} listed then, ${now.size} now): a new DataFrame or REFRESH TABLE reads them afresh")
+        }
+      case _ =>
+    }
+    fingerprint(rootPaths, now, hadoopConf, maxFiles, globFilter)
+  }
+
   /** Lists afresh; more than `maxFiles` files means no key (a listing must stay cheap). */
-  def of(rootPaths: Seq[String], hadoopConf: Configuration, maxFiles: Int): FileListing = {
-    val entries = ArrayBuffer.empty[String]
+  def of(rootPaths: Seq[String], hadoopConf: Configuration, maxFiles: Int, globFilter: Option[String]): FileListing =
+    fingerprint(rootPaths, listing(rootPaths, hadoopConf, maxFiles, globFilter), hadoopConf, maxFiles, globFilter)
+
+  private def fingerprint(rootPaths: Seq[String], files: Seq[(String, FileStatus)], hadoopConf: Configuration,
+      maxFiles: Int, globFilter: Option[String]): FileListing = {
+    val text = files.map { case (e, status) => s"$e ${FileContent.digest(status, hadoopConf)}" }.mkString("\n")
+    FileListing(rootPaths.sorted, files.size, Canonical.sha(text))(hadoopConf, maxFiles, globFilter)
+  }
+
+  private def entry(status: FileStatus): String =
+    s"${Canonical.quote(status.getPath.toUri.getPath)} ${status.getLen} ${status.getModificationTime}"
+
+  /** Spark's rule for the names it skips (`HadoopFSUtils.shouldFilterOutPathName`), and the read's glob. */
+  private def keeps(name: String, globFilter: Option[String]): Boolean = {
+    val hidden = ((name.startsWith("_") && !name.contains("=")) || name.startsWith(".") || name.endsWith("._COPYING_")) &&
+      !(name.startsWith("_common_metadata") || name.startsWith("_metadata"))
+    !hidden && globFilter.forall(g => new GlobFilter(g).accept(new Path(name)))
+  }
+
+  /** The files under `rootPaths` now, sorted by their entry (path, size, modification time). */
+  private def listing(rootPaths: Seq[String], hadoopConf: Configuration, maxFiles: Int,
+      globFilter: Option[String]): Seq[(String, FileStatus)] = {
+    val entries = ArrayBuffer.empty[(String, FileStatus)]
     def collect(fs: FileSystem, status: FileStatus): Unit = {
       if (status.isDirectory) {
         fs.listStatus(status.getPath).foreach { child =>
-          val name = child.getPath.getName
-          if (!(name.startsWith(".") || name.startsWith("_"))) collect(fs, child)
+          if (keeps(child.getPath.getName, if (child.isDirectory) None else globFilter)) collect(fs, child)
         }
-      } else {
-        entries += s"${Canonical.quote(status.getPath.toUri.getPath)} ${status.getLen} ${status.getModificationTime}"
+      } else if (status.getLen > 0) {
+        entries += entry(status) -> status
         if (entries.size > maxFiles) {
           throw new NoKey(s"more than $maxFiles files under ${rootPaths.mkString(", ")} (spark.memphis.lineage.maxListedFiles)")
         }
@@ -88,10 +133,58 @@ object FileListing {
       val path = new Path(root)
       val fs = path.getFileSystem(hadoopConf)
       try collect(fs, fs.getFileStatus(path))
-      catch { case _: java.io.FileNotFoundException => entries += s"missing ${Canonical.quote(root)}" }
+      catch { case _: java.io.FileNotFoundException => entries += s"missing ${Canonical.quote(root)}" -> null }
     }
-    val sorted = entries.sorted
-    FileListing(rootPaths.sorted, sorted.size, Canonical.sha(sorted.mkString("\n")))(hadoopConf, maxFiles)
+    entries.sortBy(_._1).toSeq
+  }
+}
+
+/**
+ * A digest of a file's content that is cheap to take: a Parquet file's footer (its schema, row groups,
+ * each column chunk's offsets, sizes and statistics), or the last 4 KiB of any other file (ORC keeps
+ * its footer there too). It tells a file rewritten with the same size and modification time (`cp -p`,
+ * `rsync -t`, `tar -x`) from the one a key was made of. Taken once per file state (path, size,
+ * modification time) per process: a rewrite that keeps all three after this process first read the
+ * file goes unseen here, but a later process, whose durable tier would otherwise serve the old rows,
+ * reads the footer afresh.
+ */
+private[lineage] object FileContent {
+  private val TailBytes = 4096
+  private val MaxFooterBytes = 16 << 20
+  private val MaxRemembered = 200000
+  // By "path size mtime"; cleared when full (a new process reads every footer once as well).
+  private val known = new java.util.concurrent.ConcurrentHashMap[String, String]()
+
+  def digest(status: FileStatus, hadoopConf: Configuration): String =
+    if (status == null) "none"
+    else {
+      val id = s"${status.getPath} ${status.getLen} ${status.getModificationTime}"
+      Option(known.get(id)).getOrElse {
+        val taken = read(status, hadoopConf)
+        if (known.size >= MaxRemembered) known.clear()
+        known.put(id, taken)
+        taken
+      }
+    }
+
+  private def read(status: FileStatus, hadoopConf: Configuration): String = {
+    val length = status.getLen
+    val in = status.getPath.getFileSystem(hadoopConf).open(status.getPath)
+    try {
+      def tail(n: Long): Array[Byte] = {
+        val bytes = new Array[Byte](n.toInt)
+        in.readFully(length - n, bytes)
+        bytes
+      }
+      val last = tail(math.min(length, 8L))
+      val footer = if (length >= 12 && new String(last, last.length - 4, 4, "US-ASCII") == "PAR1") {
+        java.nio.ByteBuffer.wrap(last, 0, 4).order(java.nio.ByteOrder.LITTLE_ENDIAN).getInt.toLong
+      } else -1L
+      val bytes = if (footer > 0 && footer <= math.min(length - 8, MaxFooterBytes)) tail(footer + 8) else tail(math.min(length, TailBytes))
+      Canonical.sha(bytes)
+    } catch {
+      case e: java.io.IOException => throw new NoKey(s"${status.getPath} could not be read: $e")
+    } finally in.close()
   }
 }
 

@@ -1,0 +1,38 @@
+package io.memphis.lineage
+
+import scala.util.control.NonFatal
+
+import io.memphis.{CacheStats, MemphisConf}
+import org.apache.spark.sql.catalyst.optimizer.InlineCTE
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.internal.SQLConf
+
+/**
+ * Inlines a query's `WITH` clauses the way Spark's optimizer will (its own `InlineCTE` rule: every
+ * deterministic CTE, and any referenced once); registered as the first plan-normalization rule.
+ *
+ * Why: the analyzed plan of a query with a CTE holds its definitions apart (`WithCTE`) and reads them
+ * through `CTERelationRef`s, which carry an id Spark draws from a counter at each analysis. A subplan
+ * over such a reference is not a computation on its own (it cannot be cached or planned apart from
+ * the definition) and would key differently at every ask. Inlined, each reference is the subplan it
+ * stands for, so it keys, is matched and is cached like any other; the optimizer would have inlined
+ * the same CTEs before planning, so what runs is unchanged. A CTE Spark keeps apart (one that is not
+ * deterministic, a recursive one) stays, and its reads get no key.
+ */
+final class InlineCtes extends Rule[LogicalPlan] {
+  // InlineCTE leaves a plan without a CTE (in it or its subqueries) as it is, at the cost of a look at its tree bits.
+  override def apply(plan: LogicalPlan): LogicalPlan =
+    if (!MemphisConf.Enabled.get(SQLConf.get)) plan else InlineCtes.inlined(plan)
+}
+
+object InlineCtes {
+  /** `plan` (analyzed) with its CTEs inlined as the rule does: what memphis's other rules see of it, and key. */
+  def inlined(plan: LogicalPlan): LogicalPlan =
+    try InlineCTE().apply(plan)
+    catch {
+      case NonFatal(e) =>
+        CacheStats.log.warn(s"memphis: left this query's WITH clauses as they were after an internal error: $e", e)
+        plan
+    }
+}
