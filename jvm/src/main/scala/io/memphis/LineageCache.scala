@@ -236,12 +236,32 @@ final class LineageCache private (val sparkContext: SparkContext) {
         () => collected.release(r, why, Counter.PressureReleases))), onDriverHeap = sparkContext.isLocal)
   }
 
-  /** Lets go of everything memphis holds (`memphis.clear`, or memphis turned off). */
+  /**
+   * Lets go of everything memphis holds (`memphis.clear`, or memphis turned off), the relations Spark
+   * re-cached for entries let go outside memphis included: a user's `unpersist()` of a plan that
+   * memphis's entries are built on makes Spark's CacheManager rebuild theirs, untracked.
+   */
   def releaseAll(session: SparkSession, why: String): Unit = table.locked {
     checkpoints.releaseAll(why)
     broadcasts.releaseAll(why)
     collected.releaseAll(why)
     eviction.releaseAll(session, why)
+    storage.uncacheReplaced(session)
+  }
+
+  /**
+   * The user caches `plan` (`cache()`, `persist(level)`, `CACHE TABLE`) while memphis holds its result:
+   * Spark's CacheManager would keep memphis's relation and ignore the user's storage level, and
+   * `memphis.clear` would then drop what the user cached. memphis lets go of its entry first, so the
+   * cache Spark makes next is the user's, at the user's level, and the user's to let go.
+   */
+  def yieldToUser(session: SparkSession, plan: LogicalPlan): Unit = table.locked {
+    // memphis caches a subplan under its user's mark (see QueryCandidates.owned), and marks it so in the user's plan.
+    val owned = QueryCandidates.owned(plan, ConnectSessions.userOfQuery(session), java.util.Collections.emptySet(), shareAcrossUsers)
+    if (table.holdsAny) spark.relationName(session, owned).flatten.foreach { name =>
+      table.holding.filter(_.relation.exists(_.name == name)).foreach(e => eviction.release(session, e,
+        EntryState.Evicted, Counter.Evicted, "the user caches the same plan, at a storage level of their own"))
+    }
   }
 
   /**
@@ -265,7 +285,11 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * `memphis.clear` from `session`: forgets every entry after releasing what they hold; on a Spark
    * Connect server, where users share this cache, lets go of what the calling user's hold.
    */
-  def clearFor(session: SparkSession): Unit = connectUser(session).fold(clear(session))(u => releaseOf(u, s"cleared by $u"))
+  def clearFor(session: SparkSession): Unit = {
+    // Outside the lock: a write running now finishes its job, whose listener events need the lock.
+    durable.settle(LineageCache.SettleMs)
+    connectUser(session).fold(clear(session))(u => releaseOf(u, s"cleared by $u"))
+  }
 
   /** [[clearFor]], then deletes the durable tier's Spark entries of `session`'s user. */
   def clearDurableFor(session: SparkSession): Unit = {
@@ -331,6 +355,9 @@ object LineageCache {
 
   /** Subplans of a query (by identity), each with the node to put over it. */
   type Marks = java.util.IdentityHashMap[LogicalPlan, LogicalPlan => LogicalPlan]
+
+  /** How long `memphis.clear` waits at most for the durable write running when it is called. */
+  val SettleMs = 60000L
 
   /** How many recent aggregates first met inside a query decide whether the next is persisted ahead. */
   val RecentAggregates = 16

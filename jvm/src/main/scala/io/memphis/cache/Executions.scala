@@ -32,6 +32,13 @@ object Executions {
    */
   private[memphis] def byCacheManager: Boolean = Thread.currentThread.getStackTrace.exists(_.getClassName == CacheManagerClass)
 
+  /**
+   * Whether Spark's CacheManager normalizes the plan to cache it (`Dataset.persist`, `CACHE TABLE`):
+   * memphis's own caching runs with the rules off, so this is a user's.
+   */
+  private[memphis] def cachingForUser: Boolean = Thread.currentThread.getStackTrace.exists(f =>
+    f.getClassName == CacheManagerClass && f.getMethodName.startsWith("cacheQuery"))
+
   private val CacheManagerClass = "org.apache.spark.sql.execution.CacheManager"
 
   private def explains(execution: Long): Boolean =

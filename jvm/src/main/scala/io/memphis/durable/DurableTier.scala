@@ -123,7 +123,7 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
       case Left(why) => stats.record(Counter.DurableNotAdmitted, s"${key.hash} not written to the durable tier: $why")
       case Right(why) =>
         pending.incrementAndGet()
-        worker.execute(new Runnable {
+        worker.execute(new QueuedWrite(job.isRight, s"$folder/${key.hash}") {
           override def run(): Unit = try {
             job match {
               case Left(rows) => writer.writeRows(folder, rows, why)
@@ -143,6 +143,27 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
           } finally pending.decrementAndGet()
         })
     }
+
+  /** A write on `worker`'s queue: whether it reads a cached relation (a Spark job), and what it was offered as. */
+  private abstract class QueuedWrite(val readsRelation: Boolean, val offeredAs: String) extends Runnable
+
+  /**
+   * Before memphis lets go of its cached relations (`memphis.clear`): the queued writes that would read
+   * one are dropped (the relation gone, they would compute their whole plan again, and run a job
+   * after the clear), and the write running now is waited for, at most `timeoutMs`. A dropped entry
+   * is offered again when it is materialized again.
+   */
+  def settle(timeoutMs: Long): Unit = if (pending.get > 0) {
+    worker.getQueue.toArray.foreach {
+      case w: QueuedWrite if w.readsRelation && worker.remove(w) =>
+        pending.decrementAndGet()
+        synchronized(offered.remove(w.offeredAs))
+        CacheStats.log.debug(s"memphis: the durable write of ${w.offeredAs} dropped: memphis is cleared")
+      case _ =>
+    }
+    val deadline = System.currentTimeMillis() + timeoutMs
+    while (pending.get > 0 && System.currentTimeMillis() < deadline) Thread.sleep(10)
+  }
 
   /** The shapes of `user`'s Spark entries: one listing, which a query makes once. */
   def shapes(user: String): Set[String] = shapesIn(folderOf(user))

@@ -5,7 +5,7 @@ import java.security.MessageDigest
 import scala.collection.mutable.ArrayBuffer
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.{FileStatus, FileSystem, GlobFilter, Path}
+import org.apache.hadoop.fs.{EtagSource, FileStatus, FileSystem, GlobFilter, Path}
 import org.apache.spark.sql.execution.datasources.{FileIndex, PartitioningAwareFileIndex}
 import org.apache.spark.sql.memphis.SparkShimImpl
 
@@ -140,32 +140,47 @@ object FileListing {
 }
 
 /**
- * A digest of a file's content that is cheap to take: a Parquet file's footer (its schema, row groups,
- * each column chunk's offsets, sizes and statistics), or the last 4 KiB of any other file (ORC keeps
- * its footer there too). It tells a file rewritten with the same size and modification time (`cp -p`,
- * `rsync -t`, `tar -x`) from the one a key was made of. Taken once per file state (path, size,
- * modification time) per process: a rewrite that keeps all three after this process first read the
- * file goes unseen here, but a later process, whose durable tier would otherwise serve the old rows,
- * reads the footer afresh.
+ * A digest of a file's state that is cheap to take and sees a file rewritten with its size and
+ * modification time kept (`cp -p`, `rsync -t`, `tar -x`):
+ *  - its change stamp, which no writer can set back: an object store's ETag (S3A, ABFS: the listing
+ *    carries it), a local file's inode change time and inode number (one `stat`);
+ *  - its content's end: a Parquet file's footer (schema, row groups, each column chunk's offsets,
+ *    sizes and statistics), the last 4 KiB of any other file (ORC keeps its footer there too). Read
+ *    once per file state (path, size, modification time, change stamp) per process, so a file system
+ *    with no change stamp (HDFS) shows a same-size, same-time rewrite to the next process (and so
+ *    to the durable tier) if its footer differs, not to this one.
  */
 private[lineage] object FileContent {
   private val TailBytes = 4096
   private val MaxFooterBytes = 16 << 20
   private val MaxRemembered = 200000
-  // By "path size mtime"; cleared when full (a new process reads every footer once as well).
+  // Footer digests by "path size mtime stamp"; cleared when full (each is then read once more).
   private val known = new java.util.concurrent.ConcurrentHashMap[String, String]()
 
   def digest(status: FileStatus, hadoopConf: Configuration): String =
     if (status == null) "none"
     else {
-      val id = s"${status.getPath} ${status.getLen} ${status.getModificationTime}"
-      Option(known.get(id)).getOrElse {
+      val stamp = changeStamp(status)
+      val id = s"${status.getPath} ${status.getLen} ${status.getModificationTime} $stamp"
+      val footer = Option(known.get(id)).getOrElse {
         val taken = read(status, hadoopConf)
         if (known.size >= MaxRemembered) known.clear()
         known.put(id, taken)
         taken
       }
+      s"$stamp $footer"
     }
+
+  private def changeStamp(status: FileStatus): String = status match {
+    case tagged: EtagSource if tagged.getEtag != null => s"etag:${tagged.getEtag}"
+    case _ if status.getPath.toUri.getScheme == "file" =>
+      try {
+        val local = java.nio.file.Paths.get(status.getPath.toUri)
+        s"ctime:${java.nio.file.Files.getAttribute(local, "unix:ctime")}," +
+          s"ino:${java.nio.file.Files.getAttribute(local, "unix:ino")}"
+      } catch { case _: UnsupportedOperationException | _: IllegalArgumentException | _: java.io.IOException => "" }
+    case _ => ""
+  }
 
   private def read(status: FileStatus, hadoopConf: Configuration): String = {
     val length = status.getLen

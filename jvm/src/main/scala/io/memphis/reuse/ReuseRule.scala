@@ -3,7 +3,7 @@ package io.memphis.reuse
 import scala.util.control.NonFatal
 
 import io.memphis.{CacheStats, LineageCache, MemphisConf}
-import io.memphis.cache.PendingObservation
+import io.memphis.cache.{Executions, PendingObservation}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -23,7 +23,8 @@ import org.apache.spark.sql.internal.SQLConf
  * The only changes it makes to a plan are marks: the first occurrences of aggregates whose shuffle
  * is kept ([[RetainShuffle]]), and the subplans memphis serves to this user ([[OwnerMark]]). A
  * query only planned (an explain) is marked too, but counts and persists nothing: what it would
- * count travels on the returned plan, counted if that plan runs ([[PendingObservation]]). It never
+ * count travels on the returned plan, counted if that plan runs ([[PendingObservation]]). A plan the
+ * user caches that memphis holds is the user's from then on ([[LineageCache.yieldToUser]]). It never
  * raises into the user's query: on an internal failure it logs why and leaves the query to plain Spark.
  */
 final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
@@ -35,6 +36,7 @@ final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
       try {
         val cache = LineageCache.forContext(session.sparkContext)
         if (MemphisConf.Enabled.get(SQLConf.get)) {
+          if (Executions.cachingForUser) cache.yieldToUser(session, plan)
           val (marks, pending) = cache.consider(session, plan)
           val marked = ReuseRule.mark(plan, marks)
           pending.foreach(PendingObservation.attach(marked, _))
