@@ -94,7 +94,10 @@ private[lineage] final class CanonicalForm(node: LogicalPlan, outer: Option[Cano
     case e: Expression => expression(e)
     case p: LogicalPlan => subquery(p, this)
     case id: ExprId => s"d${local(id)}"
-    case id: Product with AnyRef if CanonicalForm.DrawnIds.contains(id.getClass.getSimpleName) =>
+    case id: Product with AnyRef if CanonicalForm.isIdentifier(id) =>
+      if (!CanonicalForm.DrawnIds.contains(id.getClass.getSimpleName)) {
+        throw new NoKey(s"${node.nodeName} holds a ${id.getClass.getName}, an identifier memphis does not know to be content")
+      }
       s"${name(id)}#${drawn.getOrElseUpdate(id, drawn.size)}"
     case t: DataType => t.json
     case s: String => Canonical.quote(s)
@@ -126,4 +129,15 @@ private object CanonicalForm {
    * CTE ids are not here: [[InlineCtes]] removes the references that carry them.
    */
   val DrawnIds = Set("CommonExpressionId")
+
+  /**
+   * By rule, an identifier: a case class named `…Id` that holds only numbers, flags or UUIDs. One not
+   * in [[DrawnIds]] means no key: it may be drawn at analysis (the form would differ at every ask) or
+   * be content (an ordinal would make two computations one); which, memphis does not know.
+   */
+  def isIdentifier(p: Product): Boolean = p.getClass.getSimpleName.endsWith("Id") && p.productArity > 0 &&
+    p.productIterator.forall {
+      case _: Long | _: Int | _: Short | _: Byte | _: Boolean | _: java.util.UUID => true
+      case _ => false
+    }
 }
