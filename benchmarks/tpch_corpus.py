@@ -22,6 +22,7 @@ differently, the report written all the same.
 """
 import argparse
 import glob
+import importlib
 import json
 import math
 import os
@@ -32,13 +33,36 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA_ROOT = os.path.join(REPO, "build", "tpch")
-TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
-# The queries of DuckDB's text that end in a LIMIT (and what it is): cut, as ties at the limit would
-# make two correct plans' answers differ.
-LIMITS = {2: 100, 3: 10, 10: 20, 18: 100, 21: 100}
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """What one benchmark's corpus is made of (TPC-H here, TPC-DS in tpcds_corpus.py): the rest of this
+    script runs either, as DuckDB generates both by extensions packaged alike."""
+    name: str  # "TPC-H": in tables and messages
+    tag: str  # "tpch": DuckDB's extension (and its tpch_queries()), build/tpch, logs and job groups
+    generator: str  # DuckDB's call that generates the tables: "dbgen"
+    tables: tuple
+    count: int  # the queries are numbered 1..count
+    # The queries of DuckDB's text that end in a LIMIT (and what it is): cut, as ties at the limit would
+    # make two correct plans' answers differ.
+    limits: dict
+
+    @property
+    def data_root(self) -> str:
+        return os.path.join(REPO, "build", self.tag)
+
+    @property
+    def numbers(self) -> range:
+        return range(1, self.count + 1)
+
+
+TPCH = Corpus("TPC-H", "tpch", "dbgen",
+              ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"), 22,
+              {2: 100, 3: 10, 10: 20, 18: 100, 21: 100})
 PHASES = ("off", "on", "rerun")
 # Where memphis holds data: (held key, budget key) of memphis.stats. A key the running jar does not
 # report leaves the place unchecked.
@@ -67,32 +91,36 @@ def log(message):
 
 # --- data and queries -----------------------------------------------------------------------------
 
-def duckdb_with_tpch():
-    """An in-memory DuckDB connection with the tpch extension of the duckdb-extension-tpch package,
-    loaded from its file: DuckDB is told never to install or load an extension by itself (offline)."""
+def duckdb_with(corpus: Corpus = TPCH):
+    """An in-memory DuckDB connection with the corpus' extension (tpch) of its package
+    (duckdb-extension-tpch), loaded from its file: DuckDB is told never to install or load an
+    extension by itself (offline)."""
     import duckdb
-    import duckdb_extension_tpch
 
-    found = glob.glob(os.path.join(os.path.dirname(duckdb_extension_tpch.__file__), "extensions", "*",
-                                   "tpch.duckdb_extension"))
+    package = importlib.import_module(f"duckdb_extension_{corpus.tag}")
+    found = glob.glob(os.path.join(os.path.dirname(package.__file__), "extensions", "*",
+                                   f"{corpus.tag}.duckdb_extension"))
     if len(found) != 1:
-        raise RuntimeError(f"expected one tpch.duckdb_extension in the duckdb-extension-tpch package, found {found}")
+        raise RuntimeError(f"expected one {corpus.tag}.duckdb_extension in the duckdb-extension-{corpus.tag} "
+                           f"package, found {found}")
     connection = duckdb.connect(config={"autoinstall_known_extensions": "false",
                                         "autoload_known_extensions": "false"})
     connection.execute(f"LOAD '{found[0]}'")
     return connection
 
 
-def data_dir(sf: float, root: str = DATA_ROOT) -> str:
+def data_dir(sf: float, root: str) -> str:
     return os.path.join(root, f"sf{sf:g}")
 
 
-def generate(sf: float, root: str = DATA_ROOT) -> str:
-    """The directory of the 8 tables at scale ``sf``, one ``<table>.parquet`` each, generated unless there.
+def generate(sf: float, root: str = None, corpus: Corpus = TPCH) -> str:
+    """The directory of the corpus' tables at scale ``sf`` (under ``root``, by default the corpus'
+    build/<tag>), one ``<table>.parquet`` each, generated unless there.
 
     Written under a temporary name and renamed when complete, so a generation cut short is never
     taken for data; of two processes generating at once, the first rename wins.
     """
+    root = root or corpus.data_root
     target = data_dir(sf, root)
     if os.path.isdir(target):
         return target
@@ -100,13 +128,13 @@ def generate(sf: float, root: str = DATA_ROOT) -> str:
     partial = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}-", dir=root)
     try:
         started = time.perf_counter()
-        connection = duckdb_with_tpch()
-        connection.execute(f"CALL dbgen(sf={sf})")
-        for table in TABLES:
+        connection = duckdb_with(corpus)
+        connection.execute(f"CALL {corpus.generator}(sf={sf})")
+        for table in corpus.tables:
             connection.execute(f"COPY {table} TO '{os.path.join(partial, table + '.parquet')}' (FORMAT parquet)")
         connection.close()
         os.rename(partial, target)
-        log(f"tpch: generated sf {sf:g} in {time.perf_counter() - started:.1f} s: {target}")
+        log(f"{corpus.tag}: generated sf {sf:g} in {time.perf_counter() - started:.1f} s: {target}")
     except OSError:
         if not os.path.isdir(target):
             raise
@@ -115,27 +143,36 @@ def generate(sf: float, root: str = DATA_ROOT) -> str:
     return target
 
 
-def spark_sql(number: int, text: str) -> str:
-    """DuckDB's text of TPC-H query ``number`` as Spark SQL: no trailing ``;``, no final LIMIT.
+def spark_sql(number: int, text: str, corpus: Corpus = TPCH) -> str:
+    """DuckDB's text of the corpus' query ``number`` as Spark SQL: no trailing ``;``, no final LIMIT,
+    an alias in double quotes (TPC-DS' ``AS "order count"``) in backticks.
 
     DuckDB writes the queries in standard SQL that Spark parses as it is (``CAST('…' AS date)``,
-    ``extract(year FROM …)``, ``substring(… FROM 1 FOR 2)``, ``AS c_orders (c_custkey, c_count)``).
+    ``extract(year FROM …)``, ``substring(… FROM 1 FOR 2)``, ``AS c_orders (c_custkey, c_count)``),
+    but for the double quotes of an identifier: Spark reads them as a string, which cannot be an alias.
     """
     text = text.strip().rstrip(";").rstrip()
     text, cut = re.subn(r"\s+LIMIT\s+\d+$", "", text, flags=re.IGNORECASE)
-    if bool(cut) != (number in LIMITS):
-        raise ValueError(f"TPC-H Q{number}: expected {'a' if number in LIMITS else 'no'} final LIMIT in DuckDB's text")
-    return text
+    if bool(cut) != (number in corpus.limits):
+        raise ValueError(f"{corpus.name} Q{number}: expected {'a' if number in corpus.limits else 'no'} "
+                         f"final LIMIT in DuckDB's text")
+    return re.sub(r'\bAS\s+"([^"`]*)"', r"AS `\1`", text, flags=re.IGNORECASE)
 
 
-def queries() -> dict:
-    """``{number: Spark SQL}`` of the 22 TPC-H queries, from DuckDB's ``tpch_queries()``."""
-    connection = duckdb_with_tpch()
-    rows = connection.execute("SELECT query_nr, query FROM tpch_queries() ORDER BY query_nr").fetchall()
+def queries(corpus: Corpus = TPCH) -> dict:
+    """``{number: Spark SQL}`` of the corpus' queries, from DuckDB's ``tpch_queries()`` (``<tag>_queries()``)."""
+    connection = duckdb_with(corpus)
+    rows = connection.execute(f"SELECT query_nr, query FROM {corpus.tag}_queries() ORDER BY query_nr").fetchall()
     connection.close()
-    if [n for n, _ in rows] != list(range(1, 23)):
-        raise ValueError(f"tpch_queries() returned queries {[n for n, _ in rows]}, expected 1..22")
-    return {n: spark_sql(n, text) for n, text in rows}
+    if [n for n, _ in rows] != list(corpus.numbers):
+        raise ValueError(f"{corpus.tag}_queries() returned queries {[n for n, _ in rows]}, expected 1..{corpus.count}")
+    return {n: spark_sql(n, text, corpus) for n, text in rows}
+
+
+def register(spark, directory: str, corpus: Corpus = TPCH):
+    """Each of the corpus' tables in ``directory`` as a temporary view of ``spark`` named after it."""
+    for table in corpus.tables:
+        spark.read.parquet(os.path.join(directory, f"{table}.parquet")).createOrReplaceTempView(table)
 
 
 # --- answers --------------------------------------------------------------------------------------
@@ -257,7 +294,7 @@ class Sampler:
                               "exceeded": 0, "max_held": 0, "first_exceeded": None}
                        for name, (held, budget) in PLACES.items()}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tpch-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="corpus-sampler", daemon=True)
 
     def start(self):
         self._thread.start()
@@ -300,11 +337,14 @@ class Sampler:
 
 # --- the run --------------------------------------------------------------------------------------
 
-def run_query(spark, number, text, phase):
+def job_group(corpus, phase, number) -> str:
+    return f"{corpus.tag}-{phase}-q{number}"
+
+
+def run_query(spark, number, text, phase, corpus=TPCH):
     """Runs one query in its own job group (so that a timeout can cancel its jobs): (seconds, rows)."""
     sc = spark.sparkContext
-    group = f"tpch-{phase}-q{number}"
-    sc.setJobGroup(group, f"TPC-H Q{number} ({phase})", interruptOnCancel=True)
+    sc.setJobGroup(job_group(corpus, phase, number), f"{corpus.name} Q{number} ({phase})", interruptOnCancel=True)
     try:
         started = time.perf_counter()
         rows = rows_of(spark.sql(text))
@@ -314,10 +354,10 @@ def run_query(spark, number, text, phase):
 
 
 def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2]", timeout_s=120.0,
-               deadline_s=None, warmup=False, root=DATA_ROOT, confs=None) -> dict:
-    """Generates (or reuses) the data, starts memphis' session in this process (with ``confs``, a dict of
-    further Spark or memphis settings) and runs the three phases, after a warm-up pass (memphis off, its
-    answers unused) if ``warmup``.
+               deadline_s=None, warmup=False, root=None, confs=None, corpus=TPCH) -> dict:
+    """Generates (or reuses) the corpus' data (under ``root``, by default the corpus' build/<tag>),
+    starts memphis' session in this process (with ``confs``, a dict of further Spark or memphis settings)
+    and runs the three phases, after a warm-up pass (memphis off, its answers unused) if ``warmup``.
 
     Must be the first Spark session of the process: ``spark.driver.memory`` applies only to a JVM
     that starts now. Returns the report (see the module's doc); never raises for a query's failure.
@@ -330,11 +370,11 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
     if SparkContext._gateway is not None:
         raise RuntimeError("a JVM already runs in this process: spark.driver.memory would not apply")
     started = time.perf_counter()
-    directory = generate(sf, root)
+    directory = generate(sf, root, corpus)
     generate_s = time.perf_counter() - started
-    texts = queries()
+    texts = queries(corpus)
 
-    spark = memphis.session(master, app_name="memphis-tpch-corpus", **{
+    spark = memphis.session(master, app_name=f"memphis-{corpus.tag}-corpus", **{
         "spark.driver.memory": driver_memory,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",  # its bars would interleave with the progress lines
@@ -352,17 +392,16 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
     waited = time.time() + 30  # the block manager reports its memory shortly after start
     while memphis.stats(spark)["storage_budget_bytes"] == 0 and time.time() < waited:
         time.sleep(0.1)
-    for table in TABLES:
-        spark.read.parquet(os.path.join(directory, f"{table}.parquet")).createOrReplaceTempView(table)
+    register(spark, directory, corpus)
 
-    report = {"sf": sf, "driver_memory": driver_memory, "max_heap_bytes": max_heap, "master": master,
-              "confs": confs or {}, "shuffle_partitions": shuffle_partitions, "timeout_s": timeout_s, "warmup": warmup,
-              "data_dir": directory,
+    report = {"corpus": corpus.name, "sf": sf, "driver_memory": driver_memory, "max_heap_bytes": max_heap,
+              "master": master, "confs": confs or {}, "shuffle_partitions": shuffle_partitions, "timeout_s": timeout_s,
+              "warmup": warmup, "data_dir": directory,
               "generate_s": round(generate_s, 3), "environment": environment(spark),
               "runs": [], "phases": {}, "stopped": None}
     answers = {}  # query -> off-answer
     sampler = Sampler(spark).start()
-    worker = ThreadPoolExecutor(1, thread_name_prefix="tpch-query")  # one thread, so one py4j connection
+    worker = ThreadPoolExecutor(1, thread_name_prefix=f"{corpus.tag}-query")  # one thread, so one py4j connection
     down = None  # why Spark can run no more queries, once it cannot
     deadline = None if deadline_s is None else started + deadline_s
     try:
@@ -376,7 +415,11 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                 if deadline is not None and time.perf_counter() > deadline:
                     report["stopped"] = f"the deadline of {deadline_s:g} s passed before Q{number} ({phase})"
                     break
-                record, down = run_one(spark, worker, sampler, number, text, phase, timeout_s)
+                refused = within(30, lambda: memphis.stats(spark)["results_refused"]) if phase == "on" else None
+                record, down = run_one(spark, worker, sampler, number, text, phase, timeout_s, corpus)
+                if refused is not None and not down:
+                    # whether memphis kept the rows of the query's first ask: its next ask is then served
+                    record["kept"] = within(30, lambda: memphis.stats(spark)["results_refused"]) == refused
                 if phase == "warmup":
                     record.pop("answer", None)
                 elif phase == "off" and record["ok"]:
@@ -385,7 +428,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                     record["mismatch"] = (difference(answers[number], record.pop("answer"))
                                           if number in answers else "no off-answer to compare with")
                 report["runs"].append(record)
-                log(progress_line(record))
+                log(progress_line(record, corpus))
                 if down:
                     report["stopped"] = (f"Spark is down after Q{number} ({phase}): {down}; "
                                          f"Q{number}: {record['error']}")
@@ -406,7 +449,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                   unchecked_places=[name for name, place in sampler.places.items() if not place["checked"]],
                   hung=down == HUNG, stats=None if down else within(30, lambda: memphis.stats(spark)))
     report["counters"] = phase_counters(report["stats"])
-    report["problems"], report["warnings"] = problems(report), warnings(report)
+    report["problems"], report["warnings"] = problems(report, corpus), warnings(report)
     if down != HUNG:  # a hung query's thread never returns: the caller exits the process instead
         worker.shutdown()
         try:
@@ -416,19 +459,19 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
     return report
 
 
-def run_one(spark, worker, sampler, number, text, phase, timeout_s):
+def run_one(spark, worker, sampler, number, text, phase, timeout_s, corpus=TPCH):
     """Runs Q``number`` on ``worker`` with a timeout: (its record, None or why Spark can run no more queries)."""
     sampler.query_peak = 0
     sampler.where = (phase, number)
     record = {"query": number, "phase": phase, "ok": False, "seconds": None, "rows": None, "error": None}
     started = time.perf_counter()
-    future = worker.submit(run_query, spark, number, text, phase)
+    future = worker.submit(run_query, spark, number, text, phase, corpus)
     down = None
     try:
         try:
             seconds, rows = future.result(timeout=timeout_s)
         except FutureTimeout:
-            within(10, lambda: spark.sparkContext.cancelJobGroup(f"tpch-{phase}-q{number}"))
+            within(10, lambda: spark.sparkContext.cancelJobGroup(job_group(corpus, phase, number)))
             grace = time.perf_counter() + HANG_GRACE_S
             try:
                 future.result(timeout=HANG_GRACE_S)
@@ -439,7 +482,8 @@ def run_one(spark, worker, sampler, number, text, phase, timeout_s):
             if not future.done() or not idle_within(spark, grace - time.perf_counter()):
                 down = HUNG
             raise TimeoutError(f"timed out after {timeout_s:g} s (its jobs cancelled)") from None
-        record.update(ok=True, seconds=round(seconds, 3), rows=len(rows), answer=rows)
+        jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(job_group(corpus, phase, number))
+        record.update(ok=True, seconds=round(seconds, 3), rows=len(rows), answer=rows, jobs=len(jobs))
     except Exception as e:  # noqa: BLE001 - an OutOfMemoryError, a timeout, a dead JVM: recorded
         record.update(seconds=round(time.perf_counter() - started, 3), error=error_text(e))
         down = down or spark_down(spark)
@@ -449,13 +493,22 @@ def run_one(spark, worker, sampler, number, text, phase, timeout_s):
     return record, down
 
 
+def not_served_again(report) -> list:
+    """The queries whose re-run ran Spark jobs although memphis kept the rows of their first ask (phase
+    "on"): each deterministic query over the corpus' Parquet has a key, so its next identical ask must be
+    served from those rows with no job. One whose rows were not kept (over their budget) is not listed."""
+    by = {(r["query"], r["phase"]): r for r in report["runs"]}
+    return [f"Q{q} ran {r['jobs']} Spark job(s) when asked again" for (q, phase), r in sorted(by.items())
+            if phase == "rerun" and r["ok"] and r.get("jobs") and by.get((q, "on"), {}).get("kept")]
+
+
 def phase_counters(stats):
     """The counters of interest in a read of memphis.stats (None for one this jar does not report), or None."""
     return None if stats is None else {name: stats.get(name) for name in COUNTERS}
 
 
-def progress_line(record) -> str:
-    head = f"tpch [{record['phase']:>5}] Q{record['query']:02d} {record['seconds'] or 0:8.2f} s"
+def progress_line(record, corpus=TPCH) -> str:
+    head = f"{corpus.tag} [{record['phase']:>5}] Q{record['query']:02d} {record['seconds'] or 0:8.2f} s"
     if not record["ok"]:
         return f"{head}  FAILED: {record['error']}"
     if record.get("mismatch"):
@@ -470,7 +523,7 @@ def slow_runs(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLACK_S
             and r["seconds"] > factor * off[r["query"]] + slack_s]
 
 
-def problems(report) -> list:
+def problems(report, corpus=TPCH) -> list:
     """Every way the run fell short, one line each: failures, wrong answers, budgets exceeded, queries not run."""
     found = []
     if report["stopped"]:
@@ -483,9 +536,9 @@ def problems(report) -> list:
         elif r.get("mismatch"):
             found.append(f"Q{r['query']} ({r['phase']}) answered differently from memphis off: {r['mismatch']}")
     answered = {(r["query"], r["phase"]) for r in report["runs"]}
-    missing = {p: [f"Q{n}" for n in range(1, 23) if (n, p) not in answered] for p in PHASES}
+    missing = {p: [f"Q{n}" for n in corpus.numbers if (n, p) not in answered] for p in PHASES}
     if any(missing.values()):
-        found.append("not run: " + "; ".join(f"{p}: {'all' if len(queries) == 22 else ', '.join(queries)}"
+        found.append("not run: " + "; ".join(f"{p}: {'all' if len(queries) == corpus.count else ', '.join(queries)}"
                                              for p, queries in missing.items() if queries))
     for name, place in report.get("budgets", {}).items():
         if place["exceeded"]:
@@ -502,7 +555,7 @@ def warnings(report) -> list:
             for r in report["runs"] if r["phase"] == "warmup" and not r["ok"]]
 
 
-def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLACK_S) -> str:
+def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLACK_S, corpus=TPCH) -> str:
     """Markdown: one row per query with its seconds per phase (SLOW: see :func:`slow_runs`), on/off,
     re-run/off; totals; heap; budgets; counters; warnings and problems."""
     by = {(r["query"], r["phase"]): r for r in report["runs"]}
@@ -522,14 +575,14 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
         ok = r and off and r["ok"] and off["ok"] and off["seconds"] > 0
         return f"{r['seconds'] / off['seconds']:.2f}" if ok else ""
 
-    lines = [f"TPC-H sf {report['sf']:g}, driver memory {report['driver_memory']} (max heap "
+    lines = [f"{corpus.name} sf {report['sf']:g}, driver memory {report['driver_memory']} (max heap "
              f"{report['max_heap_bytes'] / 2**20:.0f} MiB), {report['master']}, "
              f"{report['shuffle_partitions']} shuffle partitions; " +
              "".join(f"{k}={v}; " for k, v in sorted(report.get("confs", {}).items())) +
              ("after an untimed warm-up pass" if report["warmup"] else
               "no warm-up: the off pass, first, runs in a cold JVM (JIT), so its times read high"), "",
              "| query | off s | on s | re-run s | on/off | re-run/off | rows |", "|---|---|---|---|---|---|---|"]
-    for n in range(1, 23):
+    for n in corpus.numbers:
         rows = next((by[(n, p)]["rows"] for p in PHASES if (n, p) in by and by[(n, p)]["ok"]), "")
         lines.append(f"| Q{n} | {cell(n, 'off')} | {cell(n, 'on')} | {cell(n, 'rerun')} | {ratio(n, 'on')} | "
                      f"{ratio(n, 'rerun')} | {rows} |")
@@ -552,11 +605,13 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
+def main(argv=None, corpus=TPCH, description=__doc__, sf=0.1) -> int:
+    """The command line of a corpus' script (this one's, tpcds_corpus.py's): ``description`` its help,
+    ``sf`` its default scale."""
     from harness import add_conf_option, confs_of
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sf", type=float, default=sf, help=f"{corpus.name} scale factor (default {sf:g})")
     parser.add_argument("--driver-memory", default="1g", help="spark.driver.memory of the JVM started here")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--master", default="local[2]")
@@ -566,15 +621,15 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", action="store_true",
                         help="run the queries once more first, memphis off and untimed, "
                              "so that no pass pays for the JIT's warm-up")
-    parser.add_argument("--data-dir", default=DATA_ROOT, help="where the generated tables are kept, per scale")
+    parser.add_argument("--data-dir", default=corpus.data_root, help="where the generated tables are kept, per scale")
     add_conf_option(parser)
     parser.add_argument("--out", help="write the report (JSON) here, and the summary table next to it (.md)")
     args = parser.parse_args(argv)
     confs = confs_of(parser, args)
 
     report = run_corpus(args.sf, args.driver_memory, args.shuffle_partitions, args.master, args.timeout,
-                        args.deadline, args.warmup, args.data_dir, confs)
-    table = summary_table(report)
+                        args.deadline, args.warmup, args.data_dir, confs, corpus)
+    table = summary_table(report, corpus=corpus)
     log(table)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

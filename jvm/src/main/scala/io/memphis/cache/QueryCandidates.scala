@@ -124,7 +124,7 @@ object QueryCandidates {
    */
   def isCandidate(subplan: LogicalPlan, root: LogicalPlan): Boolean = subplan match {
     case _: Command => false
-    case s: Sort if s.global && heldOnDriver(s.child) => false // the driver sorts them (SortCollectedRows)
+    case s: Sort if s.global && heldOnDriver(s.child) => false // the driver evaluates it (SortCollectedRows)
     case _: Aggregate | _: Join | _: Window | _: Sort | _: Distinct | _: Deduplicate | _: Generate => true
     case l: LogicalRelation => l.relation match {
       case fs: HadoopFsRelation => Set("CSVFileFormat", "JsonFileFormat").contains(fs.fileFormat.getClass.getSimpleName)
@@ -135,9 +135,13 @@ object QueryCandidates {
     case p => (p eq root) && !p.isInstanceOf[LeafNode] && p.exists(c => (c ne p) && isCandidate(c, root))
   }
 
-  /** A subplan served from rows the driver holds (a query collected them). */
+  /**
+   * A subplan served from rows the driver holds (a query collected them), or projections and filters
+   * of them, which Spark evaluates on the driver too: a sort above is done there (SortCollectedRows).
+   */
   private def heldOnDriver(p: LogicalPlan): Boolean = p match {
     case served: ServedSubplan => served.child.isInstanceOf[LocalRelation]
+    case _: Project | _: Filter => heldOnDriver(p.children.head)
     case _ => false
   }
 

@@ -3,13 +3,13 @@ package io.memphis.collected
 import io.memphis.CacheStats
 import org.apache.spark.sql.catalyst.expressions.{AttributeReference, InterpretedOrdering, SortOrder, Unevaluable}
 import org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation
-import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Sort}
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Sort}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.trees.TreePattern.{LOCAL_RELATION, SORT}
 
 /**
- * An optimizer rule: a global sort of a [[CollectedResult]]'s rows is done on the driver, which holds
- * them, and the served result carries them in that order.
+ * An optimizer rule: a global sort of a [[CollectedResult]]'s rows, or of projections and filters of
+ * them, is done on the driver, which holds them, and the served result carries them in that order.
  *
  * Why: most collected questions end in an `orderBy`, and an ordered question over a served result
  * (`per_region.orderBy("region")` once `per_region`'s rows are kept, or read from the durable tier
@@ -34,6 +34,15 @@ object SortCollectedRows extends Rule[LogicalPlan] {
             served.standsForKey, served.replaced)
         case _ => sort
       }
+      // A projection or filter of them (a ratio of two kept aggregates, say): Spark would evaluate it on
+      // the driver; evaluated here, the sort is too, over plain local rows.
+      case above @ (_: Project | _: Filter) if above.exists(_.isInstanceOf[CollectedResult]) =>
+        ConvertToLocalRelation(above.transformUp { case served: CollectedResult => served.child }) match {
+          case local: LocalRelation if local.output == above.output =>
+            CacheStats.log.debug(s"memphis: ${local.data.size} rows computed from kept rows sorted on the driver, no job")
+            local.copy(data = local.data.sorted(new InterpretedOrdering(sort.order, local.output)))
+          case _ => sort
+        }
       case _ => sort
     }
   }
