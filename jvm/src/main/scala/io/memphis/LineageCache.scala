@@ -255,14 +255,16 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * `memphis.clear` would then drop what the user cached. memphis lets go of its entry first, so the
    * cache Spark makes next is the user's, at the user's level, and the user's to let go.
    */
-  def yieldToUser(session: SparkSession, plan: LogicalPlan): Unit = table.locked {
-    // memphis caches a subplan under its user's mark (see QueryCandidates.owned), and marks it so in the user's plan.
-    val owned = QueryCandidates.owned(plan, ConnectSessions.userOfQuery(session), java.util.Collections.emptySet(), shareAcrossUsers)
-    if (table.holdsAny) spark.relationName(session, owned).flatten.foreach { name =>
-      table.holding.filter(_.relation.exists(_.name == name)).foreach(e => eviction.release(session, e,
-        EntryState.Evicted, Counter.Evicted, "the user caches the same plan, at a storage level of their own"))
+  def yieldToUser(session: SparkSession, plan: LogicalPlan): Unit =
+    // Every query passes here: the stack is looked at only while memphis holds something.
+    if (table.holdsAny && Executions.cachingForUser) table.locked {
+      // memphis caches a subplan under its user's mark (see QueryCandidates.owned), and marks it so in the user's plan.
+      val owned = QueryCandidates.owned(plan, ConnectSessions.userOfQuery(session), java.util.Collections.emptySet(), shareAcrossUsers)
+      spark.relationName(session, owned).flatten.foreach { name =>
+        table.holding.filter(_.relation.exists(_.name == name)).foreach(e => eviction.release(session, e,
+          EntryState.Evicted, Counter.Evicted, "the user caches the same plan, at a storage level of their own"))
+      }
     }
-  }
 
   /**
    * A Spark Connect session closed: when it was its user's last, what only that user could use

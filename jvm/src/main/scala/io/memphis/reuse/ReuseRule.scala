@@ -3,7 +3,7 @@ package io.memphis.reuse
 import scala.util.control.NonFatal
 
 import io.memphis.{CacheStats, LineageCache, MemphisConf}
-import io.memphis.cache.{Executions, PendingObservation}
+import io.memphis.cache.PendingObservation
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -36,7 +36,7 @@ final class ReuseRule(session: SparkSession) extends Rule[LogicalPlan] {
       try {
         val cache = LineageCache.forContext(session.sparkContext)
         if (MemphisConf.Enabled.get(SQLConf.get)) {
-          if (Executions.cachingForUser) cache.yieldToUser(session, plan)
+          cache.yieldToUser(session, plan)
           val (marks, pending) = cache.consider(session, plan)
           val marked = ReuseRule.mark(plan, marks)
           pending.foreach(PendingObservation.attach(marked, _))
