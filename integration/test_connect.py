@@ -69,6 +69,8 @@ def test_reuse_over_connect_answers_as_memphis_off_and_a_new_file_invalidates(se
 def test_each_public_function_on_a_connect_session(server, tmp_path):
     seen = client(server, "functions", tmp_path)
     assert seen["key"] == seen["renamed_key"] and len(seen["key"]) == 32  # aliases do not change a key
+    assert seen["rebuilt_key"] == seen["key"]  # the plan ids Connect attaches are not in a key
+    assert seen["join_keys"][0] is not None and seen["join_keys"][0] == seen["join_keys"][1]
     assert seen["uuid_key"] is None and seen["explain_uuid"] == "no lineage key: uuid is non-deterministic"
     assert seen["explain_key"].startswith(f"lineage key {seen['key']}")
     assert seen["collect_rows"] == seen["expected"] and seen["collect_shape"] == [7, 2] and seen["pandas_rows"] == 7

@@ -1,4 +1,5 @@
-"""Stale answers: the issue's six reproductions, each checked against plain Spark doing the same steps.
+"""Stale answers: the issue's six reproductions and one the staleness corpus found, each checked against
+plain Spark doing the same steps.
 
 Every test asks its queries three times with memphis on (default settings, ``memphis.session("local[2]")``
 through the ``fresh`` fixture) and compares each answer with the one plain Spark gives for the same steps
@@ -280,6 +281,34 @@ def test_a_users_cache_made_stale_by_an_outside_write_is_gone_after_unpersist(fr
     assert plain == [pyarrow_rows(tmp_path / "off")] * 3 == [ROWS + ADDED] * 3
     assert on == plain, "rows counted after unpersist with memphis (left) and plain Spark (right)"
     assert moved >= 1, "the query asked 3 times: memphis served it at least once"
+
+
+def fresh_read_while_a_users_cache_holds_the_folder(spark, folder):
+    """A fresh read asked while the user's cache of the folder's DataFrame, made before another process added
+    a file, holds it (Spark answers from that cache, by folder), then after unpersist()."""
+    another_process_writes(folder / "part-0.parquet")
+
+    def total_n():
+        return spark.read.parquet(str(folder)).groupBy("k").agg(F.count("*").alias("n")).agg(F.sum("n")).collect()[0][0]
+    cached = spark.read.parquet(str(folder)).cache()
+    cached.count()
+    another_process_writes(folder / "part-1.parquet", start=ROWS, rows=ADDED)
+    while_cached = [total_n() for _ in range(3)]
+    cached.unpersist(blocking=True)
+    before = memphis.stats(spark)
+    after = [total_n() for _ in range(3)]
+    return (while_cached, after), reused(before, memphis.stats(spark))
+
+
+def test_rows_a_users_stale_cache_answered_are_not_served_after_unpersist(fresh, tmp_path):
+    spark = fresh
+    plain, _ = memphis_off(spark, lambda: fresh_read_while_a_users_cache_holds_the_folder(spark, tmp_path / "off"))
+    memphis.clear(spark)
+    spark.catalog.clearCache()
+    on, moved = fresh_read_while_a_users_cache_holds_the_folder(spark, tmp_path / "on")
+    assert plain == ([ROWS] * 3, [pyarrow_rows(tmp_path / "off")] * 3) == ([ROWS] * 3, [ROWS + ADDED] * 3)
+    assert on == plain, "rows counted while cached, then after unpersist, with memphis (left) and plain Spark (right)"
+    assert moved >= 1, "the query asked 3 times after unpersist: memphis served it at least once"
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -70,6 +70,14 @@ def functions(url, path):
             "uuid_key": memphis.lineage_key(spark.range(3).selectExpr("uuid() AS u")),
             "explain_key": memphis.explain_key(df),
             "explain_uuid": memphis.explain_key(spark.range(3).selectExpr("uuid() AS u"))}
+
+    # Connect tags each DataFrame's plan with a new id, and resolves a column taken from a DataFrame
+    # (left["id"]) by it: the same query built twice must key alike.
+    def self_join():
+        left, right = spark.read.parquet(path), spark.read.parquet(path).withColumnRenamed("v", "w")
+        return left.join(right, left["id"] == right["id"]).select(left["id"], right["w"]).groupBy("id").count()
+    seen.update(rebuilt_key=memphis.lineage_key(aggregate(spark, path)),
+                join_keys=[memphis.lineage_key(self_join()) for _ in range(2)])
     before = memphis.stats(spark)
     table = memphis.collect(df)
     again = memphis.collect(df, as_="pandas")

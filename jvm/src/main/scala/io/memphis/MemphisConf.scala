@@ -5,7 +5,9 @@ import java.util.Locale
 import scala.util.Try
 
 import io.memphis.lineage.KeyContext
+import io.memphis.reuse.{CachedRelation, OwnerMark, RetainShuffle, ReuseRule}
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
 
@@ -178,8 +180,19 @@ object MemphisConf {
     new KeyContext(() => SparkShimImpl.newHadoopConf(session), conf.caseSensitiveAnalysis,
       s"parallelism=${session.sparkContext.defaultParallelism},maxPartitionBytes=${conf.filesMaxPartitionBytes}," +
         s"openCost=${conf.filesOpenCostInBytes},minPartitions=${conf.filesMinPartitionNum}",
-      LineageMaxListedFiles.get(conf))
+      LineageMaxListedFiles.get(conf), userCaches(session))
   }
+
+  /**
+   * The plan of the user's cached relation Spark substitutes for a plan (memphis's own relations,
+   * named `memphis …`, and its marks left out), when Spark holds one a user made. Looked up with
+   * memphis's rules off: Spark normalizes the plan it is handed, which would run them.
+   */
+  private def userCaches(session: SparkSession): Option[LogicalPlan => Option[LogicalPlan]] =
+    if (!SparkRuntime.holdsCachedOtherThan(session, CachedRelation.NamePrefix)) None
+    else Some(plan => ReuseRule.suspended(SparkShimImpl.lookupCachedData(session, plan))
+      .filterNot(_.cachedRepresentation.cacheBuilder.tableName.exists(_.startsWith(CachedRelation.NamePrefix)))
+      .map(cached => RetainShuffle.strip(OwnerMark.strip(cached.plan))))
 
   /** Forces the SQLConf registration above; call before a session reads or sets memphis keys. */
   def register(): Unit = ()

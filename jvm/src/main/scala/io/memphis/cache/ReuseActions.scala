@@ -155,7 +155,7 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
       e.reason = "already cached outside memphis"
     } else {
       persists += 1
-      val name = s"memphis ${e.key.hash} #$persists"
+      val name = s"${CachedRelation.NamePrefix}${e.key.hash} #$persists"
       val reused = (n: Int) => stats.record(Counter.ShufflesReused, s"persist ${e.key.hash} from $n shuffle(s) of its first occurrence")
       try spark.cache(session, toCache, name, e.firstShuffles, reused)
       finally table.dropShuffles(e)

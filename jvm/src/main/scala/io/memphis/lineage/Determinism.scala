@@ -4,24 +4,29 @@ import org.apache.spark.sql.catalyst.expressions.{Expression, Literal, Rand, Ran
 import org.apache.spark.sql.catalyst.plans.logical._
 
 /**
- * Which plans may have a key. Spark's own `deterministic` flag decides, with two corrections:
+ * Which plans may have a key. Spark's own `deterministic` flag decides, with these corrections:
  *  - seeded `rand(s)`/`randn(s)` and `sample(seed)` repeat their values for the same input
  *    partitions, so they are allowed when every operator below keeps the rows of a scan in their
  *    order (no shuffle, whose arrival order varies); the key then records the partitioning confs;
  *  - a sample without a seed (Spark 4.2's unseeded `TABLESAMPLE`, drawn at run time) is refused;
  *  - functions Spark treats as constants within a query but that change between queries
- *    (current time and date, current user, catalog and database) are refused.
+ *    (current time and date, current user, catalog and database) are refused, and so are those it
+ *    marks deterministic that draw random values (`aes_encrypt`'s initialization vector).
  */
 object Determinism {
   // By simple class name: these classes move between Spark versions, their names do not.
   private val ContextDependent = Set("CurrentTimestamp", "Now", "CurrentDate", "CurrentTime", "LocalTimestamp",
     "CurrentTimeZone", "CurrentUser", "SessionUser", "CurrentDatabase", "CurrentCatalog", "CurrentBatchTimestamp")
+  // Marked deterministic by Spark, but drawing random values at every run (found by FunctionExamplesKeySuite):
+  // aes_encrypt's GCM and CBC modes draw the initialization vector, so each run's ciphertext differs.
+  private val RandomDespiteFlag = Map("AesEncrypt" -> "aes_encrypt draws a random initialization vector at every run")
+  private val Refused = ContextDependent ++ RandomDespiteFlag.keySet
 
   /** Why `e` (an expression of `node`) rules out a key, if it does. */
   def refusal(e: Expression): Option[String] =
-    if (e.deterministic && !e.exists(c => ContextDependent.contains(c.getClass.getSimpleName))) None
-    else e.collectFirst { case c if ContextDependent.contains(c.getClass.getSimpleName) => c }
-      .map(c => s"${c.prettyName}() changes between queries")
+    if (e.deterministic && !e.exists(c => Refused(name(c)))) None
+    else e.collectFirst { case c if ContextDependent.contains(name(c)) => s"${c.prettyName}() changes between queries" }
+      .orElse(e.collectFirst { case c if RandomDespiteFlag.contains(name(c)) => RandomDespiteFlag(name(c)) })
       .orElse {
         val withoutSeeded = e.transform { case r if isSeededRandom(r) => Literal(0.0) }
         if (withoutSeeded.deterministic) None
@@ -33,6 +38,8 @@ object Determinism {
             (if (isUnseededRandom(culprit)) " (no seed)" else ""))
         }
       }
+
+  private def name(e: Expression): String = e.getClass.getSimpleName
 
   /** Why `node` itself, apart from its expressions, rules out a key, if it does. */
   def nodeRefusal(node: LogicalPlan): Option[String] = node match {

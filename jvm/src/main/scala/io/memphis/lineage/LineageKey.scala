@@ -75,11 +75,22 @@ trait StandsFor extends LogicalPlan {
 
 /**
  * What keys depend on besides the plan: the Hadoop conf for listings (made only when a file
- * source needs it: copying it costs milliseconds), confs that shape partitions.
+ * source needs it: copying it costs milliseconds), confs that shape partitions, and the plan a
+ * user's cached relation holds for a subplan (`userCached`, memphis's marks stripped): Spark
+ * substitutes that relation for the subplan, so its rows are the cached plan's, of the files that
+ * plan listed.
  */
 final class KeyContext(newHadoopConf: () => Configuration, val caseSensitive: Boolean, val partitioning: String,
-    val maxListedFiles: Int) {
+    val maxListedFiles: Int, userCaches: Option[LogicalPlan => Option[LogicalPlan]] = None) {
   lazy val hadoopConf: Configuration = newHadoopConf()
+
+  /** Whether the user may have cached relations Spark substitutes (looked up only then). */
+  def usersCache: Boolean = userCaches.isDefined
+
+  def userCached(plan: LogicalPlan): Option[LogicalPlan] = userCaches.flatMap(_(plan))
+
+  /** This context for keying a cached plan itself (which Spark would find cached, as itself). */
+  def withoutCaches: KeyContext = new KeyContext(() => hadoopConf, caseSensitive, partitioning, maxListedFiles)
 }
 
 object LineageKey {
@@ -146,14 +157,27 @@ object LineageKey {
     private def compute(plan: LogicalPlan): Result = unwrap(plan) match {
       case s: StandsFor => Right(s.standsForKey)
       case p if p ne plan => result(p)
-      case _ =>
-        val children = plan.children.map(result)
-        children.collectFirst { case Left(reason) => reason } match {
-          case Some(reason) => Left(reason)
-          case None =>
-            try Right(build(plan, children.collect { case Right(k) => k }))
-            catch { case e: NoKey => Left(e.reason) }
-        }
+      // A subplan over files that the user cached: Spark reads the cache, whose rows come from the files
+      // its own plan listed (maybe before a writer changed them), so it keys as that plan.
+      case p if context.usersCache && readsFiles(p) =>
+        context.userCached(p).filter(_ ne p).fold(fromChildren(p))(cached => new Builder(context.withoutCaches).result(cached))
+      case p => fromChildren(p)
+    }
+
+    private def readsFiles(p: LogicalPlan): Boolean = p.exists {
+      case l: LogicalRelation => l.relation.isInstanceOf[HadoopFsRelation]
+      case _ => false
+    }
+
+    /** The key of `plan` itself, over its children's. */
+    private def fromChildren(plan: LogicalPlan): Result = {
+      val children = plan.children.map(result)
+      children.collectFirst { case Left(reason) => reason } match {
+        case Some(reason) => Left(reason)
+        case None =>
+          try Right(build(plan, children.collect { case Right(k) => k }))
+          catch { case e: NoKey => Left(e.reason) }
+      }
     }
 
     /** Names and wrappers that do not change the result stand for what they wrap. */

@@ -45,7 +45,8 @@ object SourceFingerprint {
   def identityOf(leaf: org.apache.spark.sql.catalyst.plans.logical.LogicalPlan): Option[String] = leaf match {
     case l: org.apache.spark.sql.execution.datasources.LogicalRelation => l.relation match {
       case fs: org.apache.spark.sql.execution.datasources.HadoopFsRelation =>
-        if (DeltaVersion.isPinned(fs.location)) None else Some(pathsIdentity(fs.location.rootPaths.map(_.toString)))
+        val roots = fs.location.rootPaths.map(_.toString)
+        if (DeltaVersion.isPinned(fs.location)) DeltaVersion.identityOfPinned(fs.location, roots) else Some(pathsIdentity(roots))
       case _ => None
     }
     case r: org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation =>
@@ -250,14 +251,18 @@ private[lineage] object Canonical {
  * version; a latest read resolves to the newest commit in `_delta_log`, listed directly (not
  * through Delta's cached snapshot), so writers in other processes are seen.
  *
- * A pinned read's data cannot change, so it has no identity: a commit never invalidates its entries,
- * and a query that reads it does not look like a change to a latest read's entries. Its digest
+ * A pinned read's data cannot change, but its files can go (VACUUM): it is keyed only while every
+ * file of its version is still in the table's folder (else plain Spark fails to read it, and so must
+ * memphis: a VACUUM is how users make old versions unreadable). Its identity is the version's, so a
+ * commit never invalidates its entries, a query that reads it does not look like a change to a
+ * latest read's entries, and one whose files went invalidates the entries of that version. Its digest
  * says "pinned", so a pinned and a latest read of the same version are two entries: the next commit
  * invalidates the latest one's only.
  */
 final case class DeltaVersion(path: String, tableId: String, version: Long, pinned: Boolean)(
     hadoopConf: Configuration) extends SourceFingerprint {
-  def identity: Option[String] = if (pinned) None else Some(SourceFingerprint.pathsIdentity(Seq(path)))
+  def identity: Option[String] =
+    Some(if (pinned) DeltaVersion.pinnedIdentity(path, version) else SourceFingerprint.pathsIdentity(Seq(path)))
   def digest: String =
     s"delta(${Canonical.quote(path)};${Canonical.quote(tableId)};v=$version${if (pinned) ";pinned" else ""})"
   def describe: String = s"Delta table $path (id $tableId) at version $version" + (if (pinned) ", pinned" else "")
@@ -283,10 +288,43 @@ object DeltaVersion {
     }
     val tableId = snapshot.flatMap(call(_, "metadata")).flatMap(call(_, "id")).map(_.toString).getOrElse(path)
     val version =
-      if (pinned) snapshot.flatMap(call(_, "version")).map(_.asInstanceOf[java.lang.Long].longValue)
-        .getOrElse(throw new NoKey(s"the pinned version of Delta table $path could not be read"))
+      if (pinned) pinnedVersion(location).getOrElse(throw new NoKey(s"the pinned version of Delta table $path could not be read"))
       else latestVersion(path, hadoopConf)
+    if (pinned) requireFiles(location, path, version, hadoopConf)
     Some(DeltaVersion(path, tableId, version, pinned)(hadoopConf))
+  }
+
+  def pinnedIdentity(path: String, version: Long): String = s"delta-pinned:$path@v$version"
+
+  /** The identity of a time-travel read's version, without looking at its files. */
+  def identityOfPinned(location: AnyRef, rootPaths: Seq[String]): Option[String] = rootPaths match {
+    case Seq(path) => pinnedVersion(location).map(pinnedIdentity(path, _))
+    case _ => None
+  }
+
+  private def pinnedVersion(location: AnyRef): Option[Long] =
+    call(location, "snapshotAtAnalysis").flatMap(call(_, "version")).map(_.asInstanceOf[java.lang.Long].longValue)
+
+  /**
+   * Fails with [[NoKey]] unless every data file of a pinned read's version is in the table's folder
+   * (one recursive listing; the version's file list is Delta's, which its scan reads anyway).
+   */
+  private def requireFiles(location: AnyRef, path: String, version: Long, hadoopConf: Configuration): Unit = {
+    val files = location match {
+      case index: FileIndex => index.inputFiles.map(f => new Path(f).toUri.getPath)
+      case _ => throw new NoKey(s"the files of Delta table $path at version $version could not be read")
+    }
+    if (files.nonEmpty) {
+      val root = new Path(path)
+      val present = scala.collection.mutable.HashSet.empty[String]
+      try {
+        val listed = root.getFileSystem(hadoopConf).listFiles(root, true)
+        while (listed.hasNext) present += listed.next().getPath.toUri.getPath
+      } catch { case e: java.io.IOException => throw new NoKey(s"Delta table $path could not be listed: $e") }
+      files.find(f => !present.contains(f)).foreach { gone =>
+        throw new NoKey(s"a file of Delta table $path at version $version is gone (VACUUM?): $gone")
+      }
+    }
   }
 
   private def isDelta(location: AnyRef): Boolean = location.getClass.getName.startsWith("org.apache.spark.sql.delta.")

@@ -54,6 +54,11 @@ final class CachedRelation(val name: String, val plan: LogicalPlan, val persiste
   def sizeBytes: Long = stored.values.sum
 }
 
+object CachedRelation {
+  /** How memphis names the cached relations it makes (`memphis <key> #n`): what tells them from a user's. */
+  val NamePrefix = "memphis "
+}
+
 /**
  * One subplan memphis has seen, for the user whose query produced it (`owner`); `id` is its name in
  * the cache: the key's hash, and the owner unless entries are shared across users. Mutable, and

@@ -29,6 +29,9 @@ final case class RetainShuffle(entryId: String, keep: Seq[Attribute], child: Log
 }
 
 object RetainShuffle {
+  /** `plan` without the marks of first occurrences (a user's cached plan, normalized with them). */
+  def strip(plan: LogicalPlan): LogicalPlan = plan.transformUp { case r: RetainShuffle => r.child }
+
   def apply(entryId: String, child: LogicalPlan): RetainShuffle = RetainShuffle(entryId, child.output, child)
 }
 

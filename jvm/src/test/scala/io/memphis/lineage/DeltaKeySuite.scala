@@ -39,7 +39,8 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     val v0 = key(pinned(0).where("id > 10"))
     assert(before.hash != v0.hash, "a pinned read is an entry of its own, even at the latest version")
     assert(before.allSources.head.describe.contains("version 0"))
-    assert(v0.allSources.head.identity.isEmpty, "a pinned version cannot change: nothing to check")
+    assert(v0.allSources.head.identity.exists(_.endsWith("@v0")) &&
+      v0.allSources.head.identity != before.allSources.head.identity, "a pinned read is checked as its version only")
 
     spark.newSession().range(100, 150).write.format("delta").mode("append").save(path)
     assert(!before.sourcesUnchanged, "the latest read's source changed")
@@ -49,6 +50,36 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(key(pinned(0).where("id > 10")).hash == v0.hash, "a pinned read keeps its key")
     assert(key(pinned(1).where("id > 10")).allSources.head.describe.contains("version 1, pinned"))
     assert(latest.count() == 150 && pinned(0).count() == 100)
+  }
+
+  test("a pinned read whose files a VACUUM deleted has no key, and its held entry goes: it fails as in plain Spark") {
+    val at = dir.resolve("vacuumed").toString
+    spark.conf.set(MemphisConf.CollectedMaxBytes.key, "0") // the Spark tier's entry, not kept rows
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try {
+      spark.range(100).write.format("delta").save(at)
+      spark.range(7).write.format("delta").mode("overwrite").save(at) // version 1 replaces version 0's file
+      val stats = LineageCache.forContext(spark.sparkContext).stats
+      def perBucket(version: Long): Seq[Long] =
+        pinned(at, version).groupBy((col("id") % 3).as("b")).count().collect().map(_.getLong(1)).toSeq.sorted
+      val hits = stats.get(Counter.Hits)
+      val answers = (1 to 3).map(_ => perBucket(0))
+      assert(answers.distinct == Seq(Seq(33L, 33L, 34L)) && stats.get(Counter.Hits) == hits + 1,
+        "persisted at its 2nd occurrence, served at its 3rd")
+      val invalidated = stats.get(Counter.Invalidated)
+
+      spark.sql(s"VACUUM delta.`$at` RETAIN 0 HOURS")
+      val reason = LineageKey.of(SparkShimImpl.analyzedPlan(pinned(at, 0)), MemphisConf.keyContext(spark)).left.toOption
+      assert(reason.exists(_.contains("is gone")), s"no key after the VACUUM: $reason")
+      assert(key(pinned(at, 1)).allSources.head.describe.contains("version 1, pinned"), "version 1's file is kept")
+      intercept[Exception](perBucket(0))
+      assert(stats.get(Counter.Invalidated) == invalidated + 1, "the entry of version 0 is let go")
+      spark.conf.set("spark.memphis.enabled", "false")
+      try intercept[Exception](perBucket(0)) finally spark.conf.set("spark.memphis.enabled", "true")
+    } finally {
+      spark.conf.unset(MemphisConf.CollectedMaxBytes.key)
+      spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    }
   }
 
   test("an overwrite changes the key") {

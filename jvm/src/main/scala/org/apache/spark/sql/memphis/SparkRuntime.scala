@@ -2,12 +2,15 @@ package org.apache.spark.sql.memphis
 
 import java.util.Properties
 
+import scala.util.Try
+
 import org.apache.spark.{SPARK_VERSION, SparkContext, SparkEnv}
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
+import org.apache.spark.sql.execution.{CacheManager, CachedData}
 import org.apache.spark.sql.internal.SQLConf
 
 /**
@@ -69,6 +72,22 @@ object SparkRuntime {
    */
   def cachedRelationName(session: SparkSession, plan: LogicalPlan): Option[Option[String]] =
     SparkShimImpl.lookupCachedData(session, plan).map(_.cachedRepresentation.cacheBuilder.tableName)
+
+  /**
+   * Whether Spark's CacheManager holds a cached relation whose name does not start with `prefix` (one
+   * a user made); true when its list cannot be read, so that a caller looks rather than assumes none.
+   */
+  def holdsCachedOtherThan(session: SparkSession, prefix: String): Boolean =
+    !SparkShimImpl.cacheManager(session).isEmpty &&
+      cachedData(session).forall(_.exists(!_.cachedRepresentation.cacheBuilder.tableName.exists(_.startsWith(prefix))))
+
+  /** What Spark's CacheManager holds: a private field, read by reflection (None where it cannot be). */
+  def cachedData(session: SparkSession): Option[Seq[CachedData]] =
+    cachedDataField.flatMap(f => Try(f.get(SparkShimImpl.cacheManager(session))
+      .asInstanceOf[scala.collection.Seq[CachedData]].toSeq).toOption)
+
+  private lazy val cachedDataField: Option[java.lang.reflect.Field] =
+    Try { val f = classOf[CacheManager].getDeclaredField("cachedData"); f.setAccessible(true); f }.toOption
 
   /** The table name and partition count of a cached relation's RDD. */
   def persistedRdd(sc: SparkContext, rddId: Int): Option[(String, Int)] =

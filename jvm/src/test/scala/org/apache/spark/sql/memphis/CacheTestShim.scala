@@ -22,9 +22,6 @@ object CacheTestShim {
   def cachedPlanSessions(session: SparkSession): Seq[SparkSession] =
     cachedData(session).map(_.cachedRepresentation.cacheBuilder.cachedPlan.session)
 
-  private def cachedData(session: SparkSession): Seq[org.apache.spark.sql.execution.CachedData] = {
-    val field = classOf[org.apache.spark.sql.execution.CacheManager].getDeclaredField("cachedData")
-    field.setAccessible(true)
-    field.get(SparkShimImpl.cacheManager(session)).asInstanceOf[scala.collection.Seq[org.apache.spark.sql.execution.CachedData]].toSeq
-  }
+  private def cachedData(session: SparkSession): Seq[org.apache.spark.sql.execution.CachedData] =
+    SparkRuntime.cachedData(session).getOrElse(sys.error("the CacheManager's cached data could not be read"))
 }
