@@ -1,5 +1,7 @@
 package io.memphis.lineage
 
+import java.util.concurrent.Executors
+
 import scala.collection.mutable.ArrayBuffer
 import scala.util.Try
 
@@ -58,33 +60,40 @@ class FunctionExamplesKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     case other => other
   }
 
+  /** What one example showed: None when it is not a query alone; else its key (or why none), and its problems. */
+  private def check(name: String, sql: String): Option[(Either[String, String], Seq[String])] =
+    analyzed(sql).map { case (df, plan) =>
+      // Non-deterministic by Spark's flag, once a seeded rand/randn (which repeats) is taken out.
+      val random = plan.exists(_.expressions.exists(e =>
+        !e.transform { case r if Determinism.isSeededRandom(r) => Literal(0.0) }.deterministic))
+      PythonFacade.keyOf(spark, plan) match {
+        case Left(reason) => (Left(reason), Nil)
+        case Right(key) =>
+          val again = analyzed(sql)
+          val (first, second) = (rows(df), again.map(a => rows(a._1)))
+          (Right(key.hash), Seq(
+            Some(s"$name: `$sql` holds a non-deterministic expression and has a key").filter(_ => random),
+            again.map(a => PythonFacade.keyOf(spark, a._2)) match {
+              case Some(Right(k)) if k.hash == key.hash => None
+              case other => Some(s"$name: `$sql` keys apart on a second analysis: $other")
+            },
+            if (first.isSuccess && !second.contains(first)) Some(s"$name: `$sql` has a key and answered $first then $second")
+            else None).flatten)
+      }
+    }
+
   test("Spark's examples of its built-in functions: a key is stable and its answer repeats; non-deterministic ones have none") {
     val queries = FunctionRegistry.expressions.toSeq.sortBy(_._1).flatMap { case (name, (info, _)) =>
       examples(info).filter(_.toUpperCase.startsWith("SELECT")).map(name -> _)
     }
-    val keyed, refused = ArrayBuffer.empty[(String, String)]
-    val problems = ArrayBuffer.empty[String]
-    queries.foreach { case (name, sql) =>
-      analyzed(sql).foreach { case (df, plan) =>
-        // Non-deterministic by Spark's flag, once a seeded rand/randn (which repeats) is taken out.
-        val random = plan.exists(_.expressions.exists(e =>
-          !e.transform { case r if Determinism.isSeededRandom(r) => Literal(0.0) }.deterministic))
-        PythonFacade.keyOf(spark, plan) match {
-          case Left(reason) => refused += name -> s"$sql: $reason"
-          case Right(key) =>
-            keyed += name -> sql
-            if (random) problems += s"$name: `$sql` holds a non-deterministic expression and has a key"
-            val again = analyzed(sql)
-            again.map { case (_, plan) => PythonFacade.keyOf(spark, plan) } match {
-              case Some(Right(k)) if k.hash == key.hash =>
-              case other => problems += s"$name: `$sql` keys apart on a second analysis: $other"
-            }
-            val (first, second) = (rows(df), again.map(a => rows(a._1)))
-            if (first.isSuccess && !second.contains(first))
-              problems += s"$name: `$sql` has a key and answered ${first.get} then $second"
-        }
-      }
-    }
+    // Two at a time (each is a few milliseconds of driver work): a session runs queries from many threads.
+    val pool = Executors.newFixedThreadPool(2)
+    val seen = try queries.map { case (name, sql) => name -> pool.submit(() => check(name, sql)) }
+      .flatMap { case (name, outcome) => outcome.get().map(name -> _) }
+    finally pool.shutdown()
+    val keyed = seen.collect { case (name, (Right(_), _)) => name }
+    val refused = seen.collect { case (name, (Left(reason), _)) => name -> reason }
+    val problems = seen.flatMap(_._2._2)
     info(s"${queries.size} examples of ${FunctionRegistry.expressions.size} functions: ${keyed.size} keyed, " +
       s"${refused.size} without a key (${refused.map(_._1).distinct.mkString(", ")})")
     assert(problems.isEmpty, problems.mkString("\n"))
