@@ -78,6 +78,16 @@ def reused(before, after):
     return moved["hits"] + moved["results_reused"] + moved["durable_hits"]
 
 
+def off_then_on(spark, tmp_path, steps):
+    """``steps(spark, folder)`` with memphis off over tmp_path/off, then (memphis's and Spark's caches cleared)
+    on over tmp_path/on: (plain Spark's answers, memphis's answers, what else memphis's run returned)."""
+    plain, _ = memphis_off(spark, lambda: steps(spark, tmp_path / "off"))
+    memphis.clear(spark)
+    spark.catalog.clearCache()
+    on, more = steps(spark, tmp_path / "on")
+    return plain, on, more
+
+
 def counts_query(df):
     return df.groupBy("k").count()
 
@@ -274,10 +284,7 @@ def user_cache_unpersisted(spark, folder):
 
 def test_a_users_cache_made_stale_by_an_outside_write_is_gone_after_unpersist(fresh, tmp_path):
     spark = fresh
-    plain, _ = memphis_off(spark, lambda: user_cache_unpersisted(spark, tmp_path / "off"))
-    memphis.clear(spark)
-    spark.catalog.clearCache()
-    on, moved = user_cache_unpersisted(spark, tmp_path / "on")
+    plain, on, moved = off_then_on(spark, tmp_path, user_cache_unpersisted)
     assert plain == [pyarrow_rows(tmp_path / "off")] * 3 == [ROWS + ADDED] * 3
     assert on == plain, "rows counted after unpersist with memphis (left) and plain Spark (right)"
     assert moved >= 1, "the query asked 3 times: memphis served it at least once"
@@ -302,10 +309,7 @@ def fresh_read_while_a_users_cache_holds_the_folder(spark, folder):
 
 def test_rows_a_users_stale_cache_answered_are_not_served_after_unpersist(fresh, tmp_path):
     spark = fresh
-    plain, _ = memphis_off(spark, lambda: fresh_read_while_a_users_cache_holds_the_folder(spark, tmp_path / "off"))
-    memphis.clear(spark)
-    spark.catalog.clearCache()
-    on, moved = fresh_read_while_a_users_cache_holds_the_folder(spark, tmp_path / "on")
+    plain, on, moved = off_then_on(spark, tmp_path, fresh_read_while_a_users_cache_holds_the_folder)
     assert plain == ([ROWS] * 3, [pyarrow_rows(tmp_path / "off")] * 3) == ([ROWS] * 3, [ROWS + ADDED] * 3)
     assert on == plain, "rows counted while cached, then after unpersist, with memphis (left) and plain Spark (right)"
     assert moved >= 1, "the query asked 3 times after unpersist: memphis served it at least once"
@@ -367,9 +371,7 @@ def in_session_rewrite(spark, folder):
 
 def test_a_file_rewritten_in_place_with_its_size_and_mtime_kept_is_not_served_stale(fresh, tmp_path):
     spark = fresh
-    plain, _ = memphis_off(spark, lambda: in_session_rewrite(spark, tmp_path / "off"))
-    memphis.clear(spark)
-    on, served_before = in_session_rewrite(spark, tmp_path / "on")
+    plain, on, served_before = off_then_on(spark, tmp_path, in_session_rewrite)
     assert served_before >= 1, "the query asked 3 times before the rewrite: memphis served it at least once"
     assert plain["after"] != plain["before"], "plain Spark sees the rewrite"
     assert [total(a, 2) for a in on["after"]] == [total(a, 2) for a in plain["after"]], \
