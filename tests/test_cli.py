@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 
 import memphis
@@ -40,3 +43,10 @@ def test_connect_server_runs_sparks_connect_server_with_memphis_on_the_port():
 def test_connect_server_needs_a_port_number(capsys):
     assert main(["connect-server", "--port", "x"]) == 2
     assert "--port needs a port number" in capsys.readouterr().err
+
+
+def test_python_dash_m_memphis_is_the_console_script():
+    shown = subprocess.run([sys.executable, "-m", "memphis", "--help"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "connect-server" in shown.stdout and shown.stdout.startswith("usage: memphis")
+    bare = subprocess.run([sys.executable, "-m", "memphis"], capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 2 and "submit" in bare.stderr

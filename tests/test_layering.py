@@ -19,7 +19,7 @@ LAYERS = [
     ("tracing", ["memphis.tracing.*", "memphis.sklearn"]),  # lineage items, traced arrays, rewrites, @reuse; sklearn's memory
     ("spark", ["memphis._jvm", "memphis.jvm_access", "memphis.lineage", "memphis.session", "memphis.concurrent", "memphis.collect",
                "memphis.broadcasts", "memphis.background", "memphis.driver"]),
-    ("public", ["memphis", "memphis.local", "memphis.gpu", "memphis.cli", "memphis.demo"]),
+    ("public", ["memphis", "memphis.__main__", "memphis.local", "memphis.gpu", "memphis.cli", "memphis.demo"]),
 ]
 
 
