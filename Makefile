@@ -85,6 +85,7 @@ bench: $(VENV)/.installed
 	for memory in $(TPCH_DRIVER_MEMORY); do \
 		$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory $$memory --warmup \
 			--out $(RESULTS)/tpch_corpus_sf$(TPCH_SF)_$$memory.json || exit 1; done
+	$(PY) docs/generate.py  # docs/benchmarks.md's results section from the files just written
 
 # Every mode of every benchmark script once at a tiny scale: it fails on any answer mismatch; its
 # timings mean nothing. pytest's slow tests run the same (tests/test_bench*.py, tests/test_demo.py).
