@@ -13,9 +13,9 @@ Examples
 >>> w.shape
 (20,)
 """
-from memphis.broadcasts import broadcast
-from memphis.collect import collect
-from memphis.driver import clear, entries, stats
+from memphis.spark.broadcasts import broadcast
+from memphis.spark.collect import collect
+from memphis.spark.driver import clear, entries, stats
 from memphis.tiers.host import HostTier, State
 from memphis.tiers.runtime import default
 from memphis.tracing.array import TracedArray, array, eye, full, random

@@ -87,7 +87,7 @@ class Runtime:
 
     def part(self, name: str, make: Callable):
         """The part ``name`` of this cache, ``make()`` on first use: a thread pool, or a layer
-        above's state that belongs to one cache (memphis.broadcasts keeps its broadcasts here)."""
+        above's state that belongs to one cache (memphis.spark.broadcasts keeps its broadcasts here)."""
         with self._lock:
             found = self._parts.get(name)
             if found is None:

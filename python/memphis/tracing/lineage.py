@@ -385,7 +385,7 @@ def encode(value, inputs: list):
     return literal(value)
 
 
-# Kinds of data that a layer above knows, as (is_kind(value), leaf(value)): memphis.lineage adds
+# Kinds of data that a layer above knows, as (is_kind(value), leaf(value)): memphis.spark.keys adds
 # Spark DataFrames (by their JVM lineage key), which tracing itself never imports.
 _leaf_kinds = []
 
