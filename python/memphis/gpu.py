@@ -119,10 +119,10 @@ def to_device(x):
     gpu = tier(required=True)
     if isinstance(x, TracedArray) and gpu.device.is_array(x.numpy()):
         return x
-    x = array(x)
+    x = array(x, runtime=default)
     value, _ = gpu.get_or_compute(x.lineage.key, lambda: gpu.device.copy_to_device(x.numpy()), item=x.lineage,
                                   opcode="to_device")
-    return TracedArray(value, x.lineage)
+    return TracedArray(value, x.lineage, x.runtime)
 
 
 def to_host(x):
@@ -131,5 +131,5 @@ def to_host(x):
     device = device_of(x.numpy()) if isinstance(x, TracedArray) else None
     if device is None:
         return x
-    found = default.host().peek(x.lineage.key, item=x.lineage)
-    return TracedArray(found[0] if found is not None else device.copy_to_host(x.numpy()), x.lineage)
+    found = x.runtime.host().peek(x.lineage.key, item=x.lineage)
+    return TracedArray(found[0] if found is not None else device.copy_to_host(x.numpy()), x.lineage, x.runtime)

@@ -36,5 +36,4 @@ def clear(runtime: Runtime = default, *, durable: bool = False):
     >>> import memphis.local
     >>> memphis.local.clear(durable=True)  # doctest: +SKIP
     """
-    runtime.clear(durable=durable)
-    broadcasts_of(runtime).clear()
+    runtime.clear(durable=durable)  # the broadcasts are a part of it

@@ -1,8 +1,11 @@
 """The state of one driver cache: its host tier (with the disk tier), its GPU tier and its parts
-made on first use (thread pools, the Spark broadcasts it holds); ``default`` is the process's.
+made on first use (thread pools, what the rewrites remember, the Spark broadcasts it holds);
+``default`` is the process's.
 
 As ``joblib.Memory`` holds its own directory, a Runtime holds its own tiers: memphis.local and
-memphis.gpu act on ``default``, and a test or a second, independent cache makes its own.
+memphis.gpu act on ``default``, and a test or a second, independent cache makes its own. Only the
+public modules name ``default``; a traced array carries the Runtime it was made in, and the work
+on it runs there.
 
 Examples
 --------
@@ -87,7 +90,9 @@ class Runtime:
 
     def part(self, name: str, make: Callable):
         """The part ``name`` of this cache, ``make()`` on first use: a thread pool, or a layer
-        above's state that belongs to one cache (memphis.spark.broadcasts keeps its broadcasts here)."""
+        above's state that belongs to one cache (what the rewrites of memphis.tracing.partial remember,
+        the arrays memphis.sklearn handed out, the broadcasts of memphis.spark.broadcasts). A part
+        with a ``clear()`` holds what the cache holds: :meth:`clear` empties it."""
         with self._lock:
             found = self._parts.get(name)
             if found is None:
@@ -105,11 +110,16 @@ class Runtime:
         return self.host().entries() + (gpu.entries() if gpu is not None else [])
 
     def clear(self, *, durable: bool = False):
-        """Drops every entry of the host, disk and GPU tiers, and with ``durable=True`` the durable
-        tier's files; the counters keep counting."""
+        """Drops every entry of the host, disk and GPU tiers and empties every part with a
+        ``clear()``; with ``durable=True`` the durable tier's files go too. The counters keep counting."""
         self.host().clear(durable=durable)
         if self.gpu is not None:
             self.gpu.clear()
+        with self._lock:
+            parts = list(self._parts.values())
+        for part in parts:
+            if hasattr(part, "clear"):
+                part.clear()
 
 
 default = Runtime()
