@@ -80,7 +80,7 @@ class Rewrites:
     def forget_selection(self, identity, key):
         with self.lock:
             entry = self.selections.pop(identity, None)
-            if key is not None and self.selections_by_key.get(key) is entry:
+            if entry is not None and key is not None and self.selections_by_key.get(key) is entry:  # not cleared since
                 del self.selections_by_key[key]
 
     def remember_product(self, left_key: str, product: "_Product"):
