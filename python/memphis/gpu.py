@@ -76,8 +76,8 @@ def release_free() -> int:
     >>> memphis.gpu.release_free()  # doctest: +SKIP
     0
     """
-    gpu = tier()
-    return gpu.release_free() if gpu is not None else 0
+    tier()  # configured with device="auto" on first use
+    return default.gpu.release_free()
 
 
 def stats() -> dict:
@@ -88,20 +88,17 @@ def stats() -> dict:
     ``fresh_allocations``: allocations that took new device memory (calls of the pool's base
     allocator). ``recycled_allocations``: allocations served from a free block of the pool, counted
     on the simulated device only: cupy's pool recycles in C, uncounted (0 there)."""
-    gpu = default.gpu
-    return gpu.stats() if gpu is not None else dict.fromkeys(GPU_COUNTERS, 0)
+    return default.gpu.stats()
 
 
 def entries() -> list:
     """One dict per GPU entry (tier "gpu"); see :func:`memphis.local.entries`."""
-    gpu = default.gpu
-    return gpu.entries() if gpu is not None else []
+    return default.gpu.entries()
 
 
 def clear():
     """Releases every GPU entry; the counters keep counting."""
-    if default.gpu is not None:
-        default.gpu.clear()
+    default.gpu.clear()
 
 
 def to_device(x):

@@ -339,22 +339,13 @@ def cached(item: LineageItem, compute, *, runtime: Runtime, device=None, shapes_
     """(value, lineage): ``item``'s value, from ``runtime``'s cache or computed now, and the item it
     carries: cut below when a tier keeps it (the tier holds what lies below), else ``item`` (bounded).
 
-    ``device``: the work runs on that device and is probed in its GPU tier (which asks the host
-    tier before computing); host work asks the GPU tier before computing. Work that depends on
-    unseeded randomness is computed and never held. ``shapes_of``: the arguments whose shapes,
-    with the item's opcode and literals, predict the work's cost (see HostTier.traced).
+    ``device``: the work runs on that device (see Runtime.traced, which routes it). Work that
+    depends on unseeded randomness is computed and never held. ``shapes_of``: the arguments whose
+    shapes, with the item's opcode and literals, predict the work's cost (see HostTier.traced).
     """
-    tier = runtime.host()
     if not item.deterministic:
-        tier.count("refused")
+        runtime.host().count("refused")
         log.debug("not cached %s: it depends on unseeded randomness", item.opcode)
         return compute(), bounded(item)
-    if device is not None:
-        if device.tier is None:  # a device without a tier (reconfigured away): plain device work
-            return compute(), bounded(item)
-        value, kept = device.tier.traced(item.key, item, compute)
-        return value, kept if kept is not None else bounded(item)
-    if runtime.gpu is not None:
-        compute = runtime.gpu.serving_host(item, compute)
-    value, kept = tier.traced(item.key, item, compute, signature=lambda: signature(item, shapes_of))
+    value, kept = runtime.traced(item, compute, device=device, signature=lambda: signature(item, shapes_of))
     return value, kept if kept is not None else bounded(item)
