@@ -129,7 +129,7 @@ def test_the_jar_for_each_spark_line(monkeypatch, tmp_path):
                  "memphis-spark-4.0_2.13-0.1.0.jar", "memphis-spark-4.1_2.13-0.1.0.jar",
                  "memphis-spark-4.2_2.13-0.1.0.jar", "unrelated.jar"):
         (tmp_path / name).write_bytes(b"")
-    monkeypatch.setattr(_jvm, "JAR_DIR", str(tmp_path))
+    monkeypatch.setattr(jvm, "JAR_DIR", str(tmp_path))
     assert jvm.jar_path("4.1.3", "2.13") == str(tmp_path / "memphis-spark-4.1_2.13-0.1.0.jar")
     assert jvm.jar_path("4.0.0", "2.13") == str(tmp_path / "memphis-spark-4.0_2.13-0.1.0.jar")
     assert jvm.jar_path("3.5.2", "2.12") == str(tmp_path / "memphis-spark-3.5_2.12-0.1.0.jar")
@@ -148,7 +148,7 @@ def test_each_line_names_the_java_it_needs(monkeypatch, tmp_path):
     for line, java in (("3.5", 8), ("4.0", 17)):
         with zipfile.ZipFile(tmp_path / f"memphis-spark-{line}_2.13-0.1.0.jar", "w") as jar:
             jar.writestr(jar_facts.BUILD_PROPERTIES, f"spark.line={line}\njava.release={java}\n")
-    monkeypatch.setattr(_jvm, "JAR_DIR", str(tmp_path))
+    monkeypatch.setattr(jvm, "JAR_DIR", str(tmp_path))
     assert [jvm.min_java(line) for line in ("3.5", "4.0")] == [8, 17]
     with pytest.raises(memphis.MemphisSetupError, match="no jar for Spark 4.1"):
         jvm.min_java("4.1")

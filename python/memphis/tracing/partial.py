@@ -259,7 +259,8 @@ def sections(item: LineageItem, axis: int, rewrites: Rewrites):
             return None
         parts = zip(item.inputs, int_sequence_values(item.literals[1]))
     else:
-        if axis != 1 or not rewrites.compositions or item.pending:  # noted under computed keys: a pending one's is not forced
+        # Noted under computed keys: a pending one's is not forced.
+        if axis != 1 or not rewrites.compositions or item.pending:
             return None
         with rewrites.lock:
             composed = rewrites.compositions.get(item.key)
