@@ -66,3 +66,19 @@ def test_the_right_operands_kept_for_prefix_rewrites_stay_within_their_budget(ru
         assert rewrites.prefix_bytes <= MAX_PREFIX_BYTES
         assert rewrites.prefix_bytes == sum(p.right.nbytes for ps in rewrites.products.values() for p in ps)
     assert offered > MAX_PREFIX_BYTES and rewrites_of(runtime).prefix_bytes >= MAX_PREFIX_BYTES - right.nbytes
+
+
+def total(X):
+    return X.sum(axis=0)
+
+
+def test_a_sklearn_memory_keeps_its_results_in_its_own_runtime(runtime):
+    from memphis.sklearn import Memory
+    from memphis.tiers.runtime import default
+
+    cached = Memory(runtime).cache(total)
+    X = np.arange(12.0).reshape(4, 3)
+    in_default = default.stats()["hits"], default.stats()["misses"]
+    np.testing.assert_array_equal(cached(X), cached(X))
+    assert runtime.stats()["misses"] == runtime.stats()["hits"] == 1
+    assert (default.stats()["hits"], default.stats()["misses"]) == in_default
