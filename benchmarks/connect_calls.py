@@ -90,7 +90,7 @@ def main():
     joined = df.join(spark.range(100).withColumnRenamed("id", "k"), "k")
     calls = {"stats": lambda: memphis.stats(spark), "lineage_key": lambda: memphis.lineage_key(df),
              "explain_key": lambda: memphis.explain_key(df),
-             "subplans (run_all's keys)": lambda: memphis.jvm_access.of(joined).subplans(joined),
+             "subplans (run_all's keys)": lambda: memphis.spark.jvm_access.of(joined).subplans(joined),
              "collect, held (a host-tier hit)": lambda: memphis.collect(df)}
     try:
         timings = {name: timed(call, repeats, warm_up=not args.quick) for name, call in calls.items()}

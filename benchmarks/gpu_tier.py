@@ -261,7 +261,7 @@ def run_transfers(device_kind, sizes_mb, repeats, quick):
     import pyarrow as pa
 
     from memphis.backends.numpy_backend import float_matrix
-    from memphis.collect import _float_columns
+    from memphis.spark.collect import _float_columns
 
     device = make_device(device_kind, 8 << 30)
     ways = {"host_matrix": lambda columns, rows: device.copy_to_device(float_matrix(columns, rows)),

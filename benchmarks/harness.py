@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 import memphis
 from memphis import __version__
 from memphis.demo import pyplot
-from memphis.session import clear, difference, stats
+from memphis.spark.session import clear, difference, stats
 from rigor import (DEFAULT_REPEATS, median_interval, provenance, ratio_interval, ratio_text,
                    run_checked, run_order, seconds_text)
 

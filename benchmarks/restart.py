@@ -94,7 +94,7 @@ def tpch_session_answers():
 def demo_answers():
     import numpy as np
     from memphis import demo
-    from memphis.collect import to_arrow
+    from memphis.spark.collect import to_arrow
 
     class ExpertTools:
         # The feature matrix collected once and kept as .npy by hand; plain numpy on it.

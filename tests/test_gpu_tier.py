@@ -336,7 +336,7 @@ def test_simulated_arrays_do_not_mix_with_host_arrays():
 def test_a_collected_matrix_is_stacked_from_its_columns_in_one_counted_copy(device):
     import pyarrow as pa
 
-    from memphis.collect import _convert, _float_columns
+    from memphis.spark.collect import _convert, _float_columns
 
     rows = 100_000
     table = pa.table({"a": np.arange(rows), "b": pa.array([None if i % 7 == 0 else i / 3 for i in range(rows)]),

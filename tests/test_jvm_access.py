@@ -2,7 +2,7 @@
 import pytest
 
 import memphis
-from memphis import jvm_access
+from memphis.spark import jvm_access
 from memphis.errors import MemphisSetupError
 
 

@@ -17,8 +17,7 @@ LAYERS = [
     ("backends", ["memphis.backends.*"]),  # what memphis knows of numpy and device arrays
     ("tiers", ["memphis.tiers.*"]),  # host, disk, GPU; the shared core; the Runtime of one cache
     ("tracing", ["memphis.tracing.*", "memphis.sklearn"]),  # lineage items, traced arrays, rewrites, @reuse; sklearn's memory
-    ("spark", ["memphis._jvm", "memphis.jvm_access", "memphis.lineage", "memphis.session", "memphis.concurrent", "memphis.collect",
-               "memphis.broadcasts", "memphis.background", "memphis.driver"]),
+    ("spark", ["memphis.spark.*"]),  # the session, the jar and the JVM side, DataFrame keys, collect, broadcasts
     ("public", ["memphis", "memphis.__main__", "memphis.local", "memphis.gpu", "memphis.cli", "memphis.demo"]),
 ]
 

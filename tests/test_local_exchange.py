@@ -8,7 +8,7 @@ import pytest
 
 import memphis
 import memphis.local as ml
-from memphis.collect import to_arrow
+from memphis.spark.collect import to_arrow
 from conftest import job_count
 
 

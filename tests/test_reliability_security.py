@@ -12,7 +12,7 @@ import pytest
 
 import memphis
 import memphis.local as ml
-from memphis import broadcasts
+from memphis.spark import broadcasts
 from memphis.tracing import lineage
 from memphis.tiers.disk import DiskTier
 from memphis.tiers.host import HostTier, State

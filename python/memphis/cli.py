@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import memphis
-from memphis import _jvm
+from memphis.spark import jvm
 from memphis.errors import MemphisConfigError, MemphisSetupError
-from memphis.session import append_csv
+from memphis.spark.session import append_csv
 
 # spark-submit options that take no value; every other option is followed by one.
 _SUBMIT_FLAGS = {"--verbose", "-v", "--supervise", "--help", "-h", "--version"}
@@ -20,7 +20,7 @@ def submit_command(args) -> list:
     """The spark-submit command line for ``memphis submit ARGS``, keeping the user's jars and extensions."""
     from pyspark.find_spark_home import _find_spark_home
 
-    jars, extensions, passed = _jvm.jar_path(), _jvm.EXTENSION_CLASS, []
+    jars, extensions, passed = jvm.jar_path(), jvm.EXTENSION_CLASS, []
     i = 0
     while i < len(args) and args[i].startswith("-"):
         option = args[i]
@@ -58,13 +58,13 @@ def connect_server_command(args) -> list:
         # Spark 3.5 ships its Connect server as a package of its own.
         import pyspark
 
-        server += ["--packages", f"org.apache.spark:spark-connect_{_jvm.spark_scala_version()}:{pyspark.__version__}"]
+        server += ["--packages", f"org.apache.spark:spark-connect_{jvm.spark_scala_version()}:{pyspark.__version__}"]
     return submit_command(server + args + ["spark-internal"])
 
 
 def _spark_submit(command: list) -> int:
-    _jvm.check_spark_version()
-    _jvm.check_java()
+    jvm.check_spark_version()
+    jvm.check_java()
     # Python workers must run this interpreter, which has pyarrow and memphis.
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)

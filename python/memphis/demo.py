@@ -17,8 +17,8 @@ import numpy as np
 from pyspark.sql import functions as F
 
 import memphis
-from memphis.collect import to_arrow
-from memphis.session import difference
+from memphis.spark.collect import to_arrow
+from memphis.spark.session import difference
 
 LAMBDAS = np.logspace(-2, 4, 13)
 GROUPS = 64  # product groups: the feature columns (Spark pivots them, so each costs it an aggregate)

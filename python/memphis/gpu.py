@@ -76,8 +76,8 @@ def release_free() -> int:
     >>> memphis.gpu.release_free()  # doctest: +SKIP
     0
     """
-    gpu = tier()
-    return gpu.release_free() if gpu is not None else 0
+    tier()  # configured with device="auto" on first use
+    return default.gpu.release_free()
 
 
 def stats() -> dict:
@@ -88,20 +88,17 @@ def stats() -> dict:
     ``fresh_allocations``: allocations that took new device memory (calls of the pool's base
     allocator). ``recycled_allocations``: allocations served from a free block of the pool, counted
     on the simulated device only: cupy's pool recycles in C, uncounted (0 there)."""
-    gpu = default.gpu
-    return gpu.stats() if gpu is not None else dict.fromkeys(GPU_COUNTERS, 0)
+    return default.gpu.stats()
 
 
 def entries() -> list:
     """One dict per GPU entry (tier "gpu"); see :func:`memphis.local.entries`."""
-    gpu = default.gpu
-    return gpu.entries() if gpu is not None else []
+    return default.gpu.entries()
 
 
 def clear():
     """Releases every GPU entry; the counters keep counting."""
-    if default.gpu is not None:
-        default.gpu.clear()
+    default.gpu.clear()
 
 
 def to_device(x):
@@ -119,10 +116,10 @@ def to_device(x):
     gpu = tier(required=True)
     if isinstance(x, TracedArray) and gpu.device.is_array(x.numpy()):
         return x
-    x = array(x)
+    x = array(x, runtime=default)
     value, _ = gpu.get_or_compute(x.lineage.key, lambda: gpu.device.copy_to_device(x.numpy()), item=x.lineage,
                                   opcode="to_device")
-    return TracedArray(value, x.lineage)
+    return TracedArray(value, x.lineage, x.runtime)
 
 
 def to_host(x):
@@ -131,5 +128,5 @@ def to_host(x):
     device = device_of(x.numpy()) if isinstance(x, TracedArray) else None
     if device is None:
         return x
-    found = default.host().peek(x.lineage.key, item=x.lineage)
-    return TracedArray(found[0] if found is not None else device.copy_to_host(x.numpy()), x.lineage)
+    found = x.runtime.host().peek(x.lineage.key, item=x.lineage)
+    return TracedArray(found[0] if found is not None else device.copy_to_host(x.numpy()), x.lineage, x.runtime)

@@ -13,13 +13,14 @@ Examples
 >>> w.shape
 (20,)
 """
-from memphis.broadcasts import broadcast
-from memphis.collect import collect
-from memphis.driver import clear, entries, stats
+from memphis.spark.broadcasts import broadcast
+from memphis.spark.collect import collect
+from memphis.spark.driver import clear, entries, stats
 from memphis.tiers.host import HostTier, State
 from memphis.tiers.runtime import default
-from memphis.tracing.array import TracedArray, array, eye, full, random
-from memphis.tracing.reuse import reuse
+from memphis.tracing import array as traced
+from memphis.tracing import reuse as reused
+from memphis.tracing.array import TracedArray
 
 __all__ = ["State", "TracedArray", "array", "broadcast", "clear", "collect", "configure", "entries", "eye", "full", "random",
            "reuse", "stats", "tier"]
@@ -56,3 +57,74 @@ def configure(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, durabl
 def tier() -> HostTier:
     """The process's host tier (with its disk tier), configured from confs on first use."""
     return default.host()
+
+
+def array(value) -> TracedArray:
+    """Wraps a numpy array (or anything ``np.asarray`` takes), or a device array, for traced, reusable work.
+
+    The array is identified by its content (xxh3-128 of shape, dtype and bytes, at memory speed);
+    derived values are identified by lineage and never hashed. The array is not copied and stays
+    writeable: the traced array reads it through a read-only view. Change it in place and you must
+    wrap it again (which hashes it again); a traced array made before the change still carries the
+    old identity, and work on it would be keyed wrongly (not detected). A device array (cupy, or
+    the simulated device's) stays on its device; it is hashed through one host copy, so it has the
+    key that the same data has on the host, and work on it runs on the device (see memphis.gpu).
+
+    Examples
+    --------
+    >>> import numpy as np, memphis
+    >>> X = memphis.array(np.ones((1000, 10)))
+    >>> float((X.T @ X)[0, 0])
+    1000.0
+    """
+    return traced.array(value, runtime=default)
+
+
+def eye(n: int, m: int = None, k: int = 0, dtype=float) -> TracedArray:
+    """A traced ``np.eye``: identified by its arguments, never hashed."""
+    return traced.eye(n, m, k, dtype, runtime=default)
+
+
+def full(shape, fill_value, dtype=None) -> TracedArray:
+    """A traced ``np.full`` (``ones``/``zeros`` alike): identified by its arguments."""
+    return traced.full(shape, fill_value, dtype, runtime=default)
+
+
+def random(shape, *, seed=None, distribution: str = "standard_normal") -> TracedArray:
+    """Random data from ``np.random.default_rng(seed)``; with ``seed=None`` it is never reused.
+
+    Examples
+    --------
+    >>> import memphis.local as ml
+    >>> bool((ml.random((3,), seed=1) == ml.random((3,), seed=1)).all())
+    True
+    """
+    return traced.random(shape, seed=seed, distribution=distribution, runtime=default)
+
+
+def reuse(function=None, *, version=None):
+    """Caches a deterministic function by its identity and the lineage of its arguments.
+
+    The identity is the module, the qualified name, a hash of the code and constants (nested
+    functions included), the values its closure holds, and ``version`` (bump it when something the
+    code reads besides its arguments changes, e.g. a global). Arguments may be traced arrays, numpy
+    arrays (hashed by content), pandas and Arrow data, Spark DataFrames (by their lineage key),
+    scalars, strings, None, and tuples, lists and dicts of these. A call with any other argument,
+    or with unseeded randomness in its lineage, runs without reuse (counted as ``refused``).
+    Arrays in the result are read-only; when an argument is a traced array, arrays of the result
+    come back traced.
+
+    Examples
+    --------
+    >>> import numpy as np, memphis
+    >>> @memphis.reuse
+    ... def gram(X):
+    ...     return X.T @ X
+    >>> X = np.ones((100, 3))
+    >>> bool((gram(X) == gram(X)).all())  # the second call is a hit
+    True
+    >>> @memphis.reuse(version="2")
+    ... def scaled(X, factor=2.0):
+    ...     return X * factor
+    """
+    return reused.reuse(function, version=version, runtime=default)

@@ -61,7 +61,7 @@ import weakref
 
 import numpy as np
 
-from memphis.tiers.runtime import default
+from memphis.tiers.runtime import Runtime, default
 from memphis.tracing.lineage import LineageItem, Untraceable, code_digest, encode, function_identity, literal
 
 log = logging.getLogger("memphis.sklearn")
@@ -91,6 +91,9 @@ class Memory:
 
     location = "memphis"
 
+    def __init__(self, runtime: Runtime = default):
+        self.runtime = runtime  # the cache it keeps results in
+
     def cache(self, func=None, ignore=None):
         """``func`` cached by the lineage of its arguments, those named in ``ignore`` left out of the
         key (as ``joblib.Memory.cache``); without ``func``, a decorator.
@@ -114,7 +117,7 @@ class Memory:
 
         @functools.wraps(func)
         def cached(*args, **kwargs):
-            return _call(func, signature, frozenset(ignore or ()), args, kwargs)
+            return _call(func, signature, frozenset(ignore or ()), args, kwargs, self.runtime)
 
         return cached
 
@@ -145,15 +148,16 @@ class _NotHeld(Exception):
         self.result = result
 
 
-def _call(func, signature, ignore, args, kwargs):
-    tier = default.host()
+def _call(func, signature, ignore, args, kwargs, runtime: Runtime):
+    tier = runtime.host()
+    results = results_of(runtime)
     name = func.__qualname__
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError:  # the caller's mistake: the function itself says what it is
         return func(*args, **kwargs)
     try:
-        key = _Key(func, bound, ignore)
+        key = _Key(func, bound, ignore, results)
     except Untraceable as why:
         tier.count("refused")
         log.debug("refused %s: %s", name, why)
@@ -182,7 +186,7 @@ def _call(func, signature, ignore, args, kwargs):
         log.debug("not held %s(%s): %s", name, key.names, not_held)
         return not_held.result
     try:
-        return _handed_out(value, key.item)
+        return _handed_out(value, key.item, results)
     except Exception as error:  # a signature that does not verify, a pickle that does not load
         tier.count("internal_errors")
         log.warning("memphis.sklearn: cannot hand out the cached result of %s(%s) (%s: %s); computed anew",
@@ -203,7 +207,8 @@ class _Key:
     """The lineage of one call: ``item`` (its key), ``names`` of the estimators in it, ``unseeded``
     (those with ``random_state=None``) and ``arrays`` (the data arguments' arrays)."""
 
-    def __init__(self, func, bound, ignore):
+    def __init__(self, func, bound, ignore, results: "HandedOut"):
+        self._results = results  # the arrays handed out before, keyed by lineage, not by content
         bound.apply_defaults()  # an argument left at its default keys as one given
         self.unseeded, self.estimators = set(), []  # estimators: (estimator, its item) among the arguments
         inputs, literals = [], []
@@ -227,7 +232,7 @@ class _Key:
         if isinstance(value, Memory):  # a nested Pipeline's memory: where results are kept, not what they are
             return ("memory",)
         if isinstance(value, np.ndarray):
-            known = _lineage_of_result(value)
+            known = self._results.lineage_of(value)
             if known is not None:
                 inputs.append(known)
                 return ("input", len(inputs) - 1)
@@ -312,7 +317,7 @@ def _held(result, arguments) -> tuple:
     return (np.frombuffer(mac + blob, dtype=np.uint8), *arrays)
 
 
-def _handed_out(value, item: LineageItem):
+def _handed_out(value, item: LineageItem, results: "HandedOut"):
     """The result a held ``value`` stands for, its estimators unpickled afresh; its arrays are
     remembered as outputs of ``item``, so the next step keys them without hashing."""
     signed = value[0].tobytes()
@@ -323,31 +328,43 @@ def _handed_out(value, item: LineageItem):
     parts = list(rest)
     for position, array in zip(positions, value[1:]):
         parts[position] = array
-        _remember_result(array, LineageItem("output", inputs=(item.cut(),), literals=(literal(position),)))
+        results.remember(array, LineageItem("output", inputs=(item.cut(),), literals=(literal(position),)))
     return tuple(parts) if is_tuple else parts[0]
 
 
-# Arrays this memory handed out -> their lineage: id -> (weak reference, shape, strides, item). They
-# are read-only, with read-only bases (the tier froze them), so their bytes cannot change.
-_results = {}
-_results_lock = threading.Lock()
+class HandedOut:
+    """The arrays the memories of one Runtime handed out, with their lineage (its part
+    "sklearn results"), while they live: id -> (weak reference, shape, strides, item). They are
+    read-only, with read-only bases (the tier froze them), so their bytes cannot change."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._arrays = {}
+
+    def remember(self, array, item: LineageItem):
+        oid = id(array)
+
+        def forget(ref):
+            with self._lock:
+                if self._arrays.get(oid, (None,))[0] is ref:
+                    del self._arrays[oid]
+
+        with self._lock:
+            self._arrays[oid] = (weakref.ref(array, forget), array.shape, array.strides, item)
+
+    def lineage_of(self, array):
+        """The item of ``array`` when it was handed out (and still is the same view), else None."""
+        with self._lock:
+            known = self._arrays.get(id(array))
+        if known is not None and known[0]() is array and (array.shape, array.strides) == known[1:3]:
+            return known[3]
+        return None
+
+    def clear(self):
+        with self._lock:
+            self._arrays.clear()
 
 
-def _remember_result(array, item):
-    oid = id(array)
-
-    def forget(ref):
-        with _results_lock:
-            if _results.get(oid, (None,))[0] is ref:
-                del _results[oid]
-
-    with _results_lock:
-        _results[oid] = (weakref.ref(array, forget), array.shape, array.strides, item)
-
-
-def _lineage_of_result(array):
-    with _results_lock:
-        known = _results.get(id(array))
-    if known is not None and known[0]() is array and (array.shape, array.strides) == known[1:3]:
-        return known[3]
-    return None
+def results_of(runtime: Runtime) -> HandedOut:
+    """The arrays the memories of ``runtime`` handed out."""
+    return runtime.part("sklearn results", HandedOut)

@@ -13,7 +13,7 @@ import tempfile
 import urllib.parse
 
 from memphis import jar_facts
-from memphis.tiers.disk import DiskTier
+from memphis.tiers.disk import NO_DISK, DiskTier
 from memphis.tiers.durable import DurableTier
 from memphis.tiers.host import HostTier
 
@@ -185,5 +185,5 @@ def host_tier(*, host_max_bytes=None, disk_dir=None, disk_max_bytes=None, durabl
         min_cost_s = checked("min_cost_s", min_cost_s, seconds)
     durable = durable_tier(durable_dir=durable_dir, durable_max_bytes=durable_max_bytes, min_cost_s=min_cost_s)
     # An unusable directory shows on the first spill: counted in spill_failed, warned once.
-    disk = DiskTier(root=root, max_bytes=disk_bytes) if disk_bytes else None  # 0 turns spilling off
+    disk = DiskTier(root=root, max_bytes=disk_bytes) if disk_bytes else NO_DISK  # 0 turns spilling off
     return HostTier(max_bytes=host_bytes, disk=disk, durable=durable, min_cost_s=min_cost_s)

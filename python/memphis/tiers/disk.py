@@ -2,6 +2,7 @@
 import atexit
 import io
 import logging
+import math
 import os
 import re
 import shutil
@@ -337,3 +338,28 @@ class DiskTier:
         with self._lock:
             known = self._files.get(key)
         return known[0] if known else None
+
+
+class NoDisk:
+    """The disk tier of a host tier that spills nothing (``disk.maxBytes`` 0; a null object): it holds
+    nothing, so an evicted entry is dropped."""
+
+    max_bytes = bytes_held = corrupt = failed_writes = 0
+
+    def transfer_seconds(self, size: int) -> float:
+        return math.inf  # never worth a write: there is nowhere to write
+
+    def read(self, key: str):
+        return None
+
+    def remove(self, key: str):
+        pass
+
+    def clear(self):
+        pass
+
+    def close(self):
+        pass
+
+
+NO_DISK = NoDisk()

@@ -12,7 +12,7 @@ import numpy as np
 from memphis.backends import numpy_backend
 from memphis.tiers.core import MISSING, OWN, REFUSED, Entry, check_move, kept_form, remember, wait_for
 from memphis.tiers import durable as durable_tier
-from memphis.tiers.disk import DiskTier, spill_format
+from memphis.tiers.disk import NO_DISK, DiskTier, spill_format
 from memphis.tiers.durable import DurableTier
 
 log = logging.getLogger("memphis.local")
@@ -135,7 +135,7 @@ class HostTier:
     (1, True)
     """
 
-    def __init__(self, *, max_bytes: int, disk: Optional[DiskTier] = None, durable: Optional[DurableTier] = None,
+    def __init__(self, *, max_bytes: int, disk: DiskTier = NO_DISK, durable: Optional[DurableTier] = None,
                  min_cost_s: Optional[float] = None):
         self.max_bytes = int(max_bytes)
         self.disk = disk
@@ -409,8 +409,7 @@ class HostTier:
         """Removes ``entry`` from the table, keeping its access counts; waiters wake up."""
         if entry.state is State.CACHED:
             self.bytes_held -= entry.size
-        if self.disk:  # a spilled value's file, or one left by a reload that failed
-            self.disk.remove(entry.key)
+        self.disk.remove(entry.key)  # a spilled value's file, or one left by a reload that failed
         self._move(entry, None)
         entry.value = None
         del self._entries[entry.key]
@@ -434,9 +433,9 @@ class HostTier:
         return self.bytes_held + size <= self.max_bytes
 
     def _spill(self, entry: Entry) -> bool:
-        if self.disk is None or spill_format(entry.value) is None:
-            return False
         if entry.cost_s <= max(self.disk.transfer_seconds(entry.size), MIN_SPILL_SECONDS):
+            return False
+        if spill_format(entry.value) is None:
             return False
         stored, evicted = self.disk.write(entry.key, entry.value, score=entry.score)
         for key in evicted:
@@ -463,10 +462,10 @@ class HostTier:
             counts["bytes_held_host"] = self.bytes_held
             counts["host_budget_bytes"] = self.max_bytes
         counts["compute_saved_ms"] = round(counts["compute_saved_ms"], 3)
-        counts["corrupt"] = self.disk.corrupt if self.disk else 0
-        counts["spill_failed"] = self.disk.failed_writes if self.disk else 0
-        counts["bytes_held_disk"] = self.disk.bytes_held if self.disk else 0
-        counts["disk_budget_bytes"] = self.disk.max_bytes if self.disk else 0
+        counts["corrupt"] = self.disk.corrupt
+        counts["spill_failed"] = self.disk.failed_writes
+        counts["bytes_held_disk"] = self.disk.bytes_held
+        counts["disk_budget_bytes"] = self.disk.max_bytes
         if self.durable is not None:
             counts.update(self.durable.stats())
         else:
@@ -487,15 +486,13 @@ class HostTier:
             for entry in [e for e in self._entries.values() if e.state is not State.COMPUTING]:
                 self._drop(entry, "cleared")
             self._history.clear()
-            if self.disk:
-                self.disk.clear()
+            self.disk.clear()
         if durable and self.durable is not None:
             self.durable.clear()
 
     def close(self):
         """Clears the tier and removes its disk directory; the durable tier's queued writes finish, its files stay."""
         self.clear()
-        if self.disk:
-            self.disk.close()
+        self.disk.close()
         if self.durable is not None:
             self.durable.close()

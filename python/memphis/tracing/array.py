@@ -1,10 +1,14 @@
-"""Traced arrays: numpy work on the driver, recorded as lineage and probed in the cache before it runs."""
+"""Traced arrays: numpy work on the driver, recorded as lineage and probed in the cache before it runs.
+
+A traced array carries the Runtime it was made in (its cache); work on it runs there: that of the
+traced operand numpy dispatches to (the first one).
+"""
 import logging
 
 import numpy as np
 
 from memphis.backends import device_backend, numpy_backend
-from memphis.tiers.runtime import default
+from memphis.tiers.runtime import Runtime
 from memphis.tracing import partial
 from memphis.tracing.calls import (TRACED_FUNCTIONS, cached, function_item, getitem_item, known_call,
                                    started_early, transpose_item, ufunc_item)
@@ -52,44 +56,46 @@ def _call(function, args, kwargs, device=None):
     return function(*_unwrap(args, device), **_unwrap(kwargs, device))
 
 
-def run(item: LineageItem, compute, *, view: bool = False, device=None, shapes_of=()):
-    """Probes the cache for ``item``, computes on a miss, and wraps the result with its lineage.
+def run(item: LineageItem, compute, runtime: Runtime, *, view: bool = False, device=None, shapes_of=()):
+    """Probes ``runtime``'s cache for ``item``, computes on a miss, and wraps the result with its lineage.
 
     ``view``: a result that is never cached (views, indexing): computed and wrapped, no probe.
     ``device``, ``shapes_of``: see :func:`memphis.tracing.calls.cached`.
     """
     if view:
-        return wrap(compute(), bounded(item))
+        return wrap(compute(), bounded(item), runtime)
     # Cut the trace at a cached key: the cache holds the structure, the trace keeps only its hash.
-    return wrap(*cached(item, compute, device=device, shapes_of=shapes_of))
+    return wrap(*cached(item, compute, runtime=runtime, device=device, shapes_of=shapes_of), runtime)
 
 
-def _traced_call(memo, args, kwargs, probe: bool, make):
+def _traced_call(memo, args, kwargs, probe: bool, make, runtime: Runtime):
     """``(item, None)`` of a traced call, or ``(item, its traced value)`` when ``probe`` and the host
     tier holds it (calls.known_call: a call of a form met before, probed from its memo and its
     inputs' hashes). ``make()`` makes the item of any other call (and raises for one that has none)."""
-    known = known_call(memo, args, kwargs) if probe else None
+    known = known_call(memo, args, kwargs, runtime) if probe else None
     if known is None:
         return make(), None
     item, found = known
-    return item, (None if found is None else wrap(found[0], found[1] if found[1] is not None else bounded(item)))
+    return item, (None if found is None else
+                  wrap(found[0], found[1] if found[1] is not None else bounded(item), runtime))
 
 
-def wrap(value, item: LineageItem):
-    """Arrays become traced arrays; tuples of results (eigh, svd, lstsq) are wrapped per element."""
+def wrap(value, item: LineageItem, runtime: Runtime):
+    """Arrays become traced arrays of ``runtime``; tuples of results (eigh, svd, lstsq) are wrapped per element."""
     if isinstance(value, (np.ndarray, np.generic)):
-        return TracedArray(np.asarray(value), item)
+        return TracedArray(np.asarray(value), item, runtime)
     if device_backend.is_device_array(value):
-        return TracedArray(value, item)
+        return TracedArray(value, item, runtime)
     if isinstance(value, tuple):
-        parts = [wrap(v, LineageItem("output", inputs=(item,), literals=(literal(i),))) for i, v in enumerate(value)]
+        parts = [wrap(v, LineageItem("output", inputs=(item,), literals=(literal(i),)), runtime)
+                 for i, v in enumerate(value)]
         return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
     return value
 
 
-def _plain(function, args, kwargs, why):
+def _plain(function, args, kwargs, why, runtime: Runtime):
     if isinstance(why, Untraceable):  # an argument without a lineage: a refused reuse, not an error
-        default.host().count("refused")
+        runtime.host().count("refused")
     log.debug("untraced %s (%s): runs as plain numpy, no reuse", getattr(function, "__name__", function), why)
     return function(*_unwrap(args), **_unwrap(kwargs))
 
@@ -111,27 +117,29 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
            [26., 35.]])
     """
 
-    __slots__ = ("_value", "lineage", "_transposed", "__weakref__")
+    __slots__ = ("_value", "lineage", "runtime", "_transposed", "__weakref__")
     deferred = False  # see DeferredArray
 
-    def __init__(self, value: np.ndarray, lineage: LineageItem):
+    def __init__(self, value: np.ndarray, lineage: LineageItem, runtime: Runtime):
         self._value = value
         self.lineage = lineage
+        self.runtime = runtime  # the cache its work runs in
         self._transposed = None
 
     # --- numpy dispatch ---------------------------------------------------------------------
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         out = kwargs.pop("out", None)
+        runtime = self.runtime
         if out is not None and not all(isinstance(o, TracedArray) for o in out):
-            return _plain(getattr(ufunc, method), inputs, {**kwargs, "out": out}, "writes into a plain array")
+            return _plain(getattr(ufunc, method), inputs, {**kwargs, "out": out}, "writes into a plain array", runtime)
         # Into a traced array (``t += 1``): computed anew, and the name is bound to the result.
         device = device_backend.device_among((*inputs, *kwargs.values()))
         try:
             item, held = _traced_call((ufunc, method), inputs, kwargs, device is None and not kwargs,
-                                      lambda: ufunc_item(ufunc, method, inputs, kwargs))
+                                      lambda: ufunc_item(ufunc, method, inputs, kwargs), runtime)
         except Untraceable as why:
-            return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why)
+            return _plain(getattr(ufunc, method), _unwrap(inputs, device), kwargs, why, runtime)
         if held is not None:
             return held
         function = ufunc if method == "__call__" else getattr(ufunc, method)
@@ -144,18 +152,18 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
                                                  and not kwargs and len(inputs) == 2
                                                  and isinstance(inputs[0], TracedArray)) else 0
         if work >= partial.REWRITE_MIN_WORK:
-            tier = default.host()
+            tier = runtime.host()
             found = None if item.pending else tier.hit(item.key, item)
             if found is not None:
                 value, kept = found
-                return wrap(value, kept if kept is not None else bounded(item))
+                return wrap(value, kept if kept is not None else bounded(item), runtime)
             if item.pending or tier.state_of(item.key) is None:
                 # Rewrites are asked before any work starts early: the work they start early instead
                 # (XᵀX for a column selection's Gram, the parts' Grams for a fold's) is what they read.
                 rewritten = partial.crossproduct(item, *inputs)  # the rewrites assemble host blocks
                 if rewritten is not None:
                     value, in_tier = rewritten
-                    return wrap(value, item.cut() if in_tier else item)
+                    return wrap(value, item.cut() if in_tier else item, runtime)
                 unmade = (partial.blockwise_product(*inputs) or partial.associative_product(*inputs)) \
                     if inputs[0].deferred else None  # both take a deferred left operand only
                 if unmade is not None:
@@ -164,34 +172,35 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
                     left, right = inputs
                     kept = partial.unmade_product(item, left, right)
                     if kept is None:
-                        return _product(item, started_early(item, compute), left, right)
+                        return _product(item, started_early(item, compute, runtime), left, right)
                     return DeferredArray(lambda: np.asarray(_product(item, lambda: left._value @ kept, left, kept)),
-                                         bounded(item), shape=(left.shape[0], kept.shape[1]),
+                                         bounded(item), runtime, shape=(left.shape[0], kept.shape[1]),
                                          dtype=np.result_type(left.dtype, kept.dtype), factors=(left, kept))
         if device is None:
-            compute = started_early(item, compute)
-        return run(item, compute, device=device, shapes_of=inputs)
+            compute = started_early(item, compute, runtime)
+        return run(item, compute, runtime, device=device, shapes_of=inputs)
 
     def __array_function__(self, function, types, args, kwargs):
+        runtime = self.runtime
         if function not in TRACED_FUNCTIONS:
-            return _plain(function, args, kwargs, "not a traced function")
+            return _plain(function, args, kwargs, "not a traced function", runtime)
         device = device_backend.device_among((*args, *kwargs.values()))
         try:
             item, held = _traced_call(function, args, kwargs, device is None and function in _PROBED_DIRECTLY,
-                                      lambda: function_item(function, args, kwargs))
+                                      lambda: function_item(function, args, kwargs), runtime)
         except (Untraceable, TypeError) as why:
-            return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why)
+            return _plain(function, _unwrap(args, device), _unwrap(kwargs, device), why, runtime)
         if held is not None:
             return held
         view = item.opcode in VIEW_OPCODES
         compute = lambda: _call(function, args, kwargs, device)  # noqa: E731
         if device is None:
-            deferred = _deferred(function, item, args, kwargs, compute)
+            deferred = _deferred(function, item, args, kwargs, compute, runtime)
             if deferred is not None:
                 return deferred
             if not view:
-                compute = started_early(item, compute)
-        return run(item, compute, view=view, device=device, shapes_of=args)
+                compute = started_early(item, compute, runtime)
+        return run(item, compute, runtime, view=view, device=device, shapes_of=args)
 
     def __array__(self, dtype=None, copy=None):
         if device_backend.is_device_array(self._value):
@@ -218,27 +227,27 @@ class TracedArray(np.lib.mixins.NDArrayOperatorsMixin):
         # Made once: a loop's ``X.T @ X`` then traces its product only (the values are read-only);
         # directly, as np.transpose(self) would trace it (a view: never probed), without numpy's dispatch.
         if self._transposed is None:
-            self._transposed = TracedArray(self._value.T, bounded(transpose_item(self.lineage)))
+            self._transposed = TracedArray(self._value.T, bounded(transpose_item(self.lineage)), self.runtime)
         return self._transposed
 
     def __getitem__(self, index):
         try:
             item, basic = getitem_item(self, index)
         except Untraceable as why:
-            return _plain(lambda a, i: a[i], (self, index), {}, why)
+            return _plain(lambda a, i: a[i], (self, index), {}, why, self.runtime)
         # Never cached: a view costs nothing, and a gather (X[:, columns]) is remade at memory speed,
         # while holding each one would take fresh memory (page faults cost as much as the gather).
         if basic:  # slices and ints: a view, and no column selection (what run(view=True) does, without its closure)
-            return wrap(self._value[index], bounded(item))
+            return wrap(self._value[index], bounded(item), self.runtime)
         device = None if self.deferred else device_backend.device_of(self._value)
         if device is None:
             columns = partial.selected_columns(self, index)
             if columns is not None:  # deferred: the rewrites often answer what uses it from XᵀX
-                selected = DeferredArray(lambda: self._value[:, list(columns)], bounded(item),
+                selected = DeferredArray(lambda: self._value[:, list(columns)], bounded(item), self.runtime,
                                          shape=(self.shape[0], len(columns)), dtype=self.dtype)
                 partial.note_column_selection(self, columns, selected)
                 return selected
-        return run(item, lambda: self._value[_unwrap(index, device)], view=True)
+        return run(item, lambda: self._value[_unwrap(index, device)], self.runtime, view=True)
 
     def __len__(self):
         return len(self._value)
@@ -312,9 +321,11 @@ class DeferredArray(TracedArray):
     __slots__ = ("_make", "_shape", "_dtype", "parts", "axis", "source", "factors")
     deferred = True
 
-    def __init__(self, make, lineage: LineageItem, *, shape, dtype, parts=None, axis=None, source=None, factors=None):
+    def __init__(self, make, lineage: LineageItem, runtime: Runtime, *, shape, dtype, parts=None, axis=None,
+                 source=None, factors=None):
         _VALUE.__set__(self, None)
         self.lineage = lineage
+        self.runtime = runtime
         self._make, self._shape, self._dtype = make, tuple(shape), np.dtype(dtype)
         self.parts, self.axis, self.source, self.factors = parts, axis, source, factors
 
@@ -340,14 +351,14 @@ class DeferredArray(TracedArray):
     def transpose(self, *axes):
         if axes not in ((), (None,)):
             return np.transpose(self, *axes)
-        return DeferredArray(lambda: self._value.T, bounded(transpose_item(self.lineage)),
+        return DeferredArray(lambda: self._value.T, bounded(transpose_item(self.lineage)), self.runtime,
                              shape=self._shape[::-1], dtype=self._dtype, source=self)
 
 
 _VALUE = TracedArray._value  # the slot a deferred array fills when it is made
 
 
-def _deferred(function, item, args, kwargs, compute):
+def _deferred(function, item, args, kwargs, compute, runtime: Runtime):
     """A deferred result of a host call, or None: concatenations (one item for every spelling,
     see partial.canonical_concatenation) and the transpose of a deferred array."""
     if function is np.transpose and item.opcode == "transpose" and getattr(args[0], "deferred", False) \
@@ -362,7 +373,7 @@ def _deferred(function, item, args, kwargs, compute):
     axis = partial.literal_axis(concatenation)
     first = parts[0].shape
     shape = first[:axis] + (sum(p.shape[axis] for p in parts),) + first[axis + 1:]
-    return DeferredArray(compute, bounded(concatenation), shape=shape,
+    return DeferredArray(compute, bounded(concatenation), runtime, shape=shape,
                          dtype=np.result_type(*[p.dtype for p in parts]), parts=tuple(parts), axis=axis)
 
 
@@ -371,45 +382,29 @@ def _product(item: LineageItem, compute, left, right) -> TracedArray:
     prefix = partial.prefix_product(item, left, right)
     if prefix is not None:
         return _assembled(item, prefix, left, right)
-    return run(item, compute, shapes_of=(left, right))
+    return run(item, compute, left.runtime, shapes_of=(left, right))
 
 
 def _assembled(item: LineageItem, prefix, left, right) -> TracedArray:
     """The traced result of a product that partial.prefix_product served from earlier products."""
     if prefix[0] == "columns":  # the first columns of a cached wider product
         _, value, source_item, k = prefix
-        selected = TracedArray(value, bounded(item))
+        selected = TracedArray(value, bounded(item), left.runtime)
         partial.note_column_selection(None, range(k), selected, source_item=source_item)
         return selected
     blocks = prefix[1]  # column blocks side by side
-    return DeferredArray(lambda: np.concatenate([value for _, value in blocks], axis=1), bounded(item),
+    return DeferredArray(lambda: np.concatenate([value for _, value in blocks], axis=1), bounded(item), left.runtime,
                          shape=(left.shape[0], right.shape[1]), dtype=np.result_type(left.dtype, right.dtype),
-                         parts=tuple(TracedArray(value, block) for block, value in blocks), axis=1)
+                         parts=tuple(TracedArray(value, block, left.runtime) for block, value in blocks), axis=1)
 
 
-def array(value) -> TracedArray:
-    """Wraps a numpy array (or anything ``np.asarray`` takes), or a device array, for traced, reusable work.
-
-    The array is identified by its content (xxh3-128 of shape, dtype and bytes, at memory speed);
-    derived values are identified by lineage and never hashed. The array is not copied and stays
-    writeable: the traced array reads it through a read-only view. Change it in place and you must
-    wrap it again (which hashes it again); a traced array made before the change still carries the
-    old identity, and work on it would be keyed wrongly (not detected). A device array (cupy, or
-    the simulated device's) stays on its device; it is hashed through one host copy, so it has the
-    key that the same data has on the host, and work on it runs on the device (see memphis.gpu).
-
-    Examples
-    --------
-    >>> import numpy as np, memphis
-    >>> X = memphis.array(np.ones((1000, 10)))
-    >>> float((X.T @ X)[0, 0])
-    1000.0
-    """
+def array(value, *, runtime: Runtime) -> TracedArray:
+    """``value`` as a traced array of ``runtime`` (see :func:`memphis.local.array`)."""
     if isinstance(value, TracedArray):
         return value
     device = device_backend.device_of(value)
     if device is not None:  # hashed through a host copy: the key of the same data on the host
-        return TracedArray(value, array_leaf(device.copy_to_host(value)))
+        return TracedArray(value, array_leaf(device.copy_to_host(value)), runtime)
     kind = type(value).__name__
     value = np.asarray(value)
     try:
@@ -418,38 +413,32 @@ def array(value) -> TracedArray:
         raise TypeError(f"memphis.array: value of type {kind} becomes an array of dtype object, which has no content "
                         "hash; expected a numpy array of numbers, booleans or strings (or data "
                         "np.asarray turns into one), or a device array") from None
-    return TracedArray(numpy_backend.read_only_view(value), leaf)
+    return TracedArray(numpy_backend.read_only_view(value), leaf, runtime)
 
 
-def _creation(opcode: str, make, deterministic: bool = True, **arguments) -> TracedArray:
-    """A traced array made from literals only (constants, seeded random data)."""
+def _creation(runtime: Runtime, opcode: str, make, deterministic: bool = True, **arguments) -> TracedArray:
+    """A traced array of ``runtime`` made from literals only (constants, seeded random data)."""
     item = LineageItem(opcode, literals=(literal(tuple(sorted(arguments.items()))),), deterministic=deterministic)
-    return run(item, lambda: make(**arguments))
+    return run(item, lambda: make(**arguments), runtime)
 
 
-def eye(n: int, m: int = None, k: int = 0, dtype=float) -> TracedArray:
-    """A traced ``np.eye``: identified by its arguments, never hashed."""
-    return _creation("eye", np.eye, N=n, M=m, k=k, dtype=np.dtype(dtype))
+def eye(n: int, m: int = None, k: int = 0, dtype=float, *, runtime: Runtime) -> TracedArray:
+    """A traced ``np.eye`` of ``runtime``: identified by its arguments, never hashed."""
+    return _creation(runtime, "eye", np.eye, N=n, M=m, k=k, dtype=np.dtype(dtype))
 
 
-def full(shape, fill_value, dtype=None) -> TracedArray:
-    """A traced ``np.full`` (``ones``/``zeros`` alike): identified by its arguments."""
+def full(shape, fill_value, dtype=None, *, runtime: Runtime) -> TracedArray:
+    """A traced ``np.full`` (``ones``/``zeros`` alike) of ``runtime``: identified by its arguments."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return _creation("full", np.full, shape=shape, fill_value=fill_value,
+    return _creation(runtime, "full", np.full, shape=shape, fill_value=fill_value,
                      dtype=np.dtype(dtype if dtype is not None else np.asarray(fill_value).dtype))
 
 
-def random(shape, *, seed=None, distribution: str = "standard_normal") -> TracedArray:
-    """Random data from ``np.random.default_rng(seed)``; with ``seed=None`` it is never reused.
-
-    Examples
-    --------
-    >>> import memphis.local as ml
-    >>> bool((ml.random((3,), seed=1) == ml.random((3,), seed=1)).all())
-    True
-    """
+def random(shape, *, seed=None, distribution: str = "standard_normal", runtime: Runtime) -> TracedArray:
+    """Random data of ``runtime`` from ``np.random.default_rng(seed)`` (see :func:`memphis.local.random`)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
 
     def make(shape, seed, distribution):
         return getattr(np.random.default_rng(seed), distribution)(size=shape)
-    return _creation("random", make, deterministic=seed is not None, shape=shape, seed=seed, distribution=distribution)
+    return _creation(runtime, "random", make, deterministic=seed is not None, shape=shape, seed=seed,
+                     distribution=distribution)

@@ -1,6 +1,8 @@
 """Traced calls: the lineage item of a numpy call, and its value from the cache or computed.
 
-Below traced arrays (array.py) and the partial rewrites (partial.py), which both build on it.
+Below traced arrays (array.py) and the partial rewrites (partial.py), which both build on it. The
+cache is the traced arrays' Runtime, passed in; the call-form memo here is process-wide, as it
+holds literals only (what a call's form means is the same in every cache), never a value.
 """
 import concurrent.futures
 import functools
@@ -12,7 +14,7 @@ from xxhash import xxh3_128_digest
 
 from memphis.backends import numpy_backend
 from memphis.tiers.host import State
-from memphis.tiers.runtime import default
+from memphis.tiers.runtime import Runtime
 from memphis.tracing.lineage import LineageItem, array_leaf, bounded, encode, head_bytes
 
 log = logging.getLogger("memphis.local")
@@ -154,10 +156,10 @@ def _remembered(form, args, kwargs):
     return opcode, literals, [_input_item(args[p] if type(p) is int else kwargs[p]) for p in places], head
 
 
-def known_call(memo, args, kwargs):
+def known_call(memo, args, kwargs, runtime: Runtime):
     """``(item, found)`` of a call whose form was met before (``memo``: the function, or (ufunc,
-    method)): its item with its hash taken, and ``(value, the item it is kept under)`` when the host
-    tier holds it, else None. None for a call of a new form, or one whose input's hash is still
+    method)): its item with its hash taken, and ``(value, the item it is kept under)`` when
+    ``runtime``'s host tier holds it, else None. None for a call of a new form, or one whose input's hash is still
     pending: the caller then makes its item as usual. A loop's recurring calls (``X.T @ X``,
     ``np.linalg.solve(G, b)``) take this way, at about half the cost of the general one: the item
     is made from the memo and its inputs' hashes, and probed directly."""
@@ -174,7 +176,7 @@ def known_call(memo, args, kwargs):
             digest = i.digest
         parts.append(digest)
     item = LineageItem(opcode, inputs=inputs, literals=literals, head=head, digest=xxh3_128_digest(b"".join(parts)))
-    return item, (default.host().hit(item.key, item) if item.deterministic else None)
+    return item, (runtime.host().hit(item.key, item) if item.deterministic else None)
 
 
 def function_item(function, args, kwargs) -> LineageItem:
@@ -282,12 +284,12 @@ def product_item(left: LineageItem, right: LineageItem) -> LineageItem:
     return ufunc_item(np.matmul, "__call__", (Operand(left), Operand(right)), {})
 
 
-def held(item: LineageItem) -> bool:
-    """Whether the host tier holds ``item``'s value (in memory or on disk)."""
-    return default.host().state_of(item.key) in (State.CACHED, State.SPILLED)
+def held(item: LineageItem, runtime: Runtime) -> bool:
+    """Whether ``runtime``'s host tier holds ``item``'s value (in memory or on disk)."""
+    return runtime.host().state_of(item.key) in (State.CACHED, State.SPILLED)
 
 
-def started_early(item: LineageItem, compute):
+def started_early(item: LineageItem, compute, runtime: Runtime):
     """``compute``, started now in a background thread when ``item`` waits on the content hash of a
     large raw input (see lineage.ContentDigest): the work then runs while the input is hashed.
 
@@ -300,9 +302,9 @@ def started_early(item: LineageItem, compute):
     """
     if not item.pending or not item.deterministic or numpy_backend.blas_threads() >= numpy_backend.cores():
         return compute
-    early = default.part("early", lambda: concurrent.futures.ThreadPoolExecutor(
+    early = runtime.part("early", lambda: concurrent.futures.ThreadPoolExecutor(
         max_workers=1, thread_name_prefix="memphis-early"))
-    default.host().count("started_early")
+    runtime.host().count("started_early")
     log.debug("started %s while its input is hashed", item.opcode)
     return early.submit(compute).result
 
@@ -333,26 +335,17 @@ def _is_float(part) -> bool:
     return part[0] in ("float", "float64") or part[0].startswith("numpy.")
 
 
-def cached(item: LineageItem, compute, *, device=None, shapes_of=()):
-    """(value, lineage): ``item``'s value, from the cache or computed now, and the item it carries:
-    cut below when a tier keeps it (the tier holds what lies below), else ``item`` (bounded).
+def cached(item: LineageItem, compute, *, runtime: Runtime, device=None, shapes_of=()):
+    """(value, lineage): ``item``'s value, from ``runtime``'s cache or computed now, and the item it
+    carries: cut below when a tier keeps it (the tier holds what lies below), else ``item`` (bounded).
 
-    ``device``: the work runs on that device and is probed in its GPU tier (which asks the host
-    tier before computing); host work asks the GPU tier before computing. Work that depends on
-    unseeded randomness is computed and never held. ``shapes_of``: the arguments whose shapes,
-    with the item's opcode and literals, predict the work's cost (see HostTier.traced).
+    ``device``: the work runs on that device (see Runtime.traced, which routes it). Work that
+    depends on unseeded randomness is computed and never held. ``shapes_of``: the arguments whose
+    shapes, with the item's opcode and literals, predict the work's cost (see HostTier.traced).
     """
-    tier = default.host()
     if not item.deterministic:
-        tier.count("refused")
+        runtime.host().count("refused")
         log.debug("not cached %s: it depends on unseeded randomness", item.opcode)
         return compute(), bounded(item)
-    if device is not None:
-        if device.tier is None:  # a device without a tier (reconfigured away): plain device work
-            return compute(), bounded(item)
-        value, kept = device.tier.traced(item.key, item, compute)
-        return value, kept if kept is not None else bounded(item)
-    if default.gpu is not None:
-        compute = default.gpu.serving_host(item, compute)
-    value, kept = tier.traced(item.key, item, compute, signature=lambda: signature(item, shapes_of))
+    value, kept = runtime.traced(item, compute, device=device, signature=lambda: signature(item, shapes_of))
     return value, kept if kept is not None else bounded(item)

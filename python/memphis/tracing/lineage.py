@@ -1,4 +1,9 @@
-"""Lineage items of driver-side work: the identity of a local value, built before it is computed."""
+"""Lineage items of driver-side work: the identity of a local value, built before it is computed.
+
+Its memos (the heads of items, at most MAX_HEADS; the content digests of live arrays; the digests
+of live code objects) are process-wide, not a Runtime's: each maps its key to what a pure function
+makes of it, the same in every cache, and none holds a cached value.
+"""
 import hashlib
 import math
 import sys
@@ -385,7 +390,7 @@ def encode(value, inputs: list):
     return literal(value)
 
 
-# Kinds of data that a layer above knows, as (is_kind(value), leaf(value)): memphis.lineage adds
+# Kinds of data that a layer above knows, as (is_kind(value), leaf(value)): memphis.spark.keys adds
 # Spark DataFrames (by their JVM lineage key), which tracing itself never imports.
 _leaf_kinds = []
 

@@ -16,7 +16,8 @@
   sweep over K reads A once per K (for ``Z @ w``) instead of once per product.
 
 The rewrites take traced arrays (array.py) as they come, by their ``lineage``, shape and value,
-and never make a deferred array (a gather, a concatenation) they can answer from its parts.
+and never make a deferred array (a gather, a concatenation) they can answer from its parts. What
+they remember is a part of the traced arrays' Runtime (Rewrites), emptied by its clear().
 """
 import collections
 import logging
@@ -27,7 +28,7 @@ import weakref
 import numpy as np
 
 from memphis.backends import numpy_backend
-from memphis.tiers.runtime import default
+from memphis.tiers.runtime import Runtime
 from memphis.tracing.calls import (cached, held, is_plain_transpose, product_item, started_early, trace_item,
                                    transpose_item)
 from memphis.tracing.lineage import LineageItem, encode, int_sequence_values, literal
@@ -40,23 +41,64 @@ PREFIX_MIN_WORK = 1 << 20
 # Below this many multiply-adds (a few µs of BLAS) no rewrite is asked for: it could save at most
 # the product's own time, and asking takes about 5 µs.
 REWRITE_MIN_WORK = 1 << 14
-MAX_PREFIX_BYTES = 16 << 20  # right operands kept to compare prefixes with, all together
+# The right operands one Runtime keeps to compare prefixes with, all together: a budget of their own,
+# beside the host tier's (they are copies of operands, not results; the tier never sees them).
+MAX_PREFIX_BYTES = 16 << 20
 MAX_COMPOSITIONS = 1024
 
-# All guarded by _lock. Column selections: id of the selection's item -> (that item, the source's
-# item, the columns, a weak reference to the source array or None), while the selection lives (the
-# entry holds the item, so no other object takes its id meanwhile). By identity, because noting a
-# selection must not force its source's content hash (the first product then runs while the source
-# is hashed, see started_early); an item whose key was known when it was noted is found by its key
-# too (a cut trace meets it as another object). Compositions: the key of a product assembled from
-# column blocks -> ((block item, width), ...). Prefix products: the left operand's key ->
-# [_Product]; oldest forgotten first.
-_selections = {}
-_selections_by_key = {}
-_compositions = collections.OrderedDict()
-_products = collections.OrderedDict()
-_prefix_bytes = 0
-_lock = threading.Lock()
+
+class Rewrites:
+    """What the rewrites of one Runtime remember (its part "rewrites"); :meth:`clear` forgets it all.
+
+    All guarded by ``lock``. Column selections: id of the selection's item -> (that item, the
+    source's item, the columns, a weak reference to the source array or None), while the selection
+    lives (the entry holds the item, so no other object takes its id meanwhile). By identity,
+    because noting a selection must not force its source's content hash (the first product then
+    runs while the source is hashed, see started_early); an item whose key was known when it was
+    noted is found by its key too (a cut trace meets it as another object). Compositions: the key
+    of a product assembled from column blocks -> ((block item, width), ...), at most
+    MAX_COMPOSITIONS. Prefix products: the left operand's key -> [_Product], whose right operands
+    take at most MAX_PREFIX_BYTES (``prefix_bytes``); oldest forgotten first.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.selections = {}
+        self.selections_by_key = {}
+        self.compositions = collections.OrderedDict()
+        self.products = collections.OrderedDict()
+        self.prefix_bytes = 0
+
+    def clear(self):
+        with self.lock:
+            self.selections.clear()
+            self.selections_by_key.clear()
+            self.compositions.clear()
+            self.products.clear()
+            self.prefix_bytes = 0
+
+    def forget_selection(self, identity, key):
+        with self.lock:
+            entry = self.selections.pop(identity, None)
+            if entry is not None and key is not None and self.selections_by_key.get(key) is entry:  # not cleared since
+                del self.selections_by_key[key]
+
+    def remember_product(self, left_key: str, product: "_Product"):
+        with self.lock:
+            self.products.setdefault(left_key, []).append(product)
+            self.products.move_to_end(left_key)
+            self.prefix_bytes += product.right.nbytes
+            while self.prefix_bytes > MAX_PREFIX_BYTES and self.products:
+                oldest = next(iter(self.products))
+                forgotten = self.products[oldest].pop(0)
+                self.prefix_bytes -= forgotten.right.nbytes
+                if not self.products[oldest]:
+                    del self.products[oldest]
+
+
+def rewrites_of(runtime: Runtime) -> Rewrites:
+    """What the rewrites remember in ``runtime``."""
+    return runtime.part("rewrites", Rewrites)
 
 
 def selected_columns(source, index):
@@ -83,45 +125,40 @@ def note_column_selection(source, columns, selected, *, source_item=None):
     picked = np.array(columns, dtype=np.intp)  # an index array: take() gathers 3× faster than np.ix_
     picked.flags.writeable = False
     entry = (item, source.lineage if source is not None else source_item, picked, ref)
-    with _lock:
-        _selections[id(item)] = entry
+    rewrites = rewrites_of(selected.runtime)
+    with rewrites.lock:
+        rewrites.selections[id(item)] = entry
         if key is not None:
-            _selections_by_key[key] = entry
-    weakref.finalize(selected, _forget_selection, id(item), key)
+            rewrites.selections_by_key[key] = entry
+    weakref.finalize(selected, rewrites.forget_selection, id(item), key)
 
 
-def _forget_selection(identity, key):
-    with _lock:
-        entry = _selections.pop(identity, None)
-        if key is not None and _selections_by_key.get(key) is entry:
-            del _selections_by_key[key]
-
-
-def _selection(item: LineageItem):
+def _selection(item: LineageItem, rewrites: Rewrites):
     """(source item, columns, source array or None) when ``item`` is a known column selection, else None."""
-    if not _selections:  # none noted (read under the GIL): every product asks
+    if not rewrites.selections:  # none noted (read under the GIL): every product asks
         return None
-    with _lock:
-        known = _selections.get(id(item))
+    with rewrites.lock:
+        known = rewrites.selections.get(id(item))
     if known is None and not item.pending:
-        with _lock:
-            known = _selections_by_key.get(item.key)
+        with rewrites.lock:
+            known = rewrites.selections_by_key.get(item.key)
     return None if known is None else (known[1], known[2], known[3]() if known[3] is not None else None)
 
 
-def column_selection_product(item: LineageItem, left_item: LineageItem, right):
+def column_selection_product(item: LineageItem, left_item: LineageItem, right, runtime: Runtime):
     """``P[:, a]ᵀ R`` as ``(PᵀR)[a]``, and ``P[:, a]ᵀ P[:, b]`` as ``(PᵀP)[a][:, b]``: (value,
     held), or None.
 
     Taken when the product of the source P is cached (a partial hit) or, while P lives, costs at
     most twice the direct product (then it is computed, cached, and serves every later selection).
     """
-    left = _selection(left_item)
+    rewrites = rewrites_of(runtime)
+    left = _selection(left_item, rewrites)
     if left is None:
         return None
     source_item, a, source = left
     right_item = getattr(right, "lineage", None)  # a traced array's
-    right_selection = _selection(right_item) if right_item is not None else None
+    right_selection = _selection(right_item, rewrites) if right_item is not None else None
     if right_selection is not None and right_selection[0] == source_item:  # identical first: no hash forced
         b = right_selection[1]
         other_item, other = source_item, source
@@ -133,7 +170,7 @@ def column_selection_product(item: LineageItem, left_item: LineageItem, right):
     else:
         return None
     whole = product_item(transpose_item(source_item), other_item)
-    tier = default.host()
+    tier = runtime.host()
     start = time.perf_counter()
     if source is None:  # only the source's cached product can serve: never computed here
         found = tier.peek(whole.key, item=whole)
@@ -143,24 +180,24 @@ def column_selection_product(item: LineageItem, left_item: LineageItem, right):
     else:
         compute = lambda: np.asarray(source).T @ np.asarray(other)  # noqa: E731
         if through_source <= 2 * direct:
-            compute = started_early(whole, compute)  # while P is hashed, if it is
-        reused = held(whole)
+            compute = started_early(whole, compute, runtime)  # while P is hashed, if it is
+        reused = held(whole, runtime)
         if not reused and through_source > 2 * direct:
             return None
-        product, _ = cached(whole, compute)
+        product, _ = cached(whole, compute, runtime=runtime)
     value = product.take(a, axis=0) if b is None else product.take(a, axis=0).take(b, axis=1)
     if reused:
         tier.count("partial_hits")
         log.debug("partial hit %s: a selection of the cached product %s", item.key, whole.key)
-    return _answer(item, value, time.perf_counter() - start)
+    return _answer(item, value, time.perf_counter() - start, runtime)
 
 
-def _answer(item: LineageItem, value, seconds: float):
+def _answer(item: LineageItem, value, seconds: float, runtime: Runtime):
     """(value, held) of a rewrite's result, which took ``seconds`` to derive: kept by the rule of
     traced results (HostTier.worth_caching_s), as the direct product would have been, so that a cut
     from a held product that is cheaper to cut again than to hold is not held."""
-    value = default.host().get_or_compute(item.key, lambda: value, item=item, cost_hint=seconds, min_cost_s=None)
-    return value, held(item)
+    value = runtime.host().get_or_compute(item.key, lambda: value, item=item, cost_hint=seconds, min_cost_s=None)
+    return value, held(item, runtime)
 
 
 def product_work(left, right) -> int:
@@ -214,7 +251,7 @@ def literal_axis(item: LineageItem) -> int:
     return int(item.literals[0][1])
 
 
-def sections(item: LineageItem, axis: int):
+def sections(item: LineageItem, axis: int, rewrites: Rewrites):
     """[(part item, slice along axis)] when ``item`` concatenates along ``axis`` (a concatenation, or a
     product assembled from column blocks), else None."""
     if item.opcode == "concatenate":
@@ -222,10 +259,11 @@ def sections(item: LineageItem, axis: int):
             return None
         parts = zip(item.inputs, int_sequence_values(item.literals[1]))
     else:
-        if axis != 1 or not _compositions or item.pending:  # noted under computed keys: a pending one's is not forced
+        # Noted under computed keys: a pending one's is not forced.
+        if axis != 1 or not rewrites.compositions or item.pending:
             return None
-        with _lock:
-            composed = _compositions.get(item.key)
+        with rewrites.lock:
+            composed = rewrites.compositions.get(item.key)
         if composed is None:
             return None
         parts = composed
@@ -265,23 +303,26 @@ def crossproduct(item: LineageItem, left_t, right):
     if left_t.lineage.opcode != "transpose" or left_t.ndim != 2 or right_ndim not in (1, 2):
         return None
     left_item, right_item = left_t.lineage.inputs[0], item.inputs[1]
+    runtime = left_t.runtime
+    rewrites = rewrites_of(runtime)
     source = getattr(left_t, "source", None)  # L of a deferred Lᵀ: its parts, not its value
-    in_parts = source is not None or bool(_compositions) or left_item.opcode == "concatenate" \
+    in_parts = source is not None or bool(rewrites.compositions) or left_item.opcode == "concatenate" \
         or right_item.opcode == "concatenate"
-    if not in_parts and not _selections:
+    if not in_parts and not rewrites.selections:
         return None  # the common product: told before anything is looked up
     if not is_plain_transpose(left_t.lineage):
         return None  # a transpose with explicit axes
-    selected = column_selection_product(item, left_item, right)
+    selected = column_selection_product(item, left_item, right, runtime)
     if selected is not None or not in_parts:
         return selected
-    tier = default.host()
+    tier = runtime.host()
     through_factors = product_crossproduct(item, source, right) if getattr(source, "factors", None) else None
     if through_factors is not None:
         return through_factors
-    rows = sections(left_item, 0), sections(right_item, 0)
+    rows = sections(left_item, 0, rewrites), sections(right_item, 0, rewrites)
     summed = bool(rows[0] and rows[1] and [s for _, s in rows[0]] == [s for _, s in rows[1]])
-    columns = None if summed else (sections(left_item, 1), (sections(right_item, 1) if right_ndim == 2 else None))
+    columns = None if summed else (sections(left_item, 1, rewrites),
+                                   sections(right_item, 1, rewrites) if right_ndim == 2 else None)
     if not summed and not columns[0] and not columns[1]:
         return None
     left = source if source is not None else np.asarray(left_t).T
@@ -301,9 +342,9 @@ def crossproduct(item: LineageItem, left_t, right):
                 blocks[i].append(blocks[j][i].T)  # (Xᵀv)ᵀ = vᵀX: a Gram matrix is symmetric
                 continue
             block_item = product_item(transpose_item(p), q)
-            compute = started_early(block_item, lambda a=p_value.T, b=q_value: a @ b)
+            compute = started_early(block_item, lambda a=p_value.T, b=q_value: a @ b, runtime)
             reused += tier.state_of(block_item.key) is not None
-            blocks[i].append(cached(block_item, compute)[0])
+            blocks[i].append(cached(block_item, compute, runtime=runtime)[0])
     if summed:
         value = sum(row[0] for row in blocks)  # row-appended: a sum of the parts' products
     elif right_ndim == 1:
@@ -314,7 +355,7 @@ def crossproduct(item: LineageItem, left_t, right):
     if reused:
         tier.count("partial_hits")
         log.debug("partial hit %s: %d of %d blocks reused", item.key, reused, sum(map(len, pairs)))
-    return _answer(item, value, elapsed)
+    return _answer(item, value, elapsed, runtime)
 
 
 def blockwise_product(left, right):
@@ -322,8 +363,9 @@ def blockwise_product(left, right):
     making it (``[A1 A2] @ w = A1 @ w1 + A2 @ w2``, ``[A1; A2] @ w = [A1 @ w; A2 @ w]``), or None."""
     if not getattr(left, "deferred", False) or left.ndim != 2 or getattr(right, "ndim", None) not in (1, 2):
         return None
+    rewrites = rewrites_of(left.runtime)
     for axis in (0, 1):
-        parts = sections(left.lineage, axis)
+        parts = sections(left.lineage, axis, rewrites)
         if parts:
             break
     else:
@@ -360,15 +402,17 @@ def prefix_product(item: LineageItem, left, right):
             or right.shape[0] >= left.shape[0] or right.nbytes > MAX_PREFIX_BYTES // 16 \
             or left.shape[0] * right.size < PREFIX_MIN_WORK or getattr(right, "deferred", False):
         return None  # only a tall A times a narrow B (a projection), whose B is cheap to compare
-    tier = default.host()
+    runtime = left.runtime
+    rewrites = rewrites_of(runtime)
+    tier = runtime.host()
     if tier.state_of(item.key) is not None:
         return None  # a full hit (or a computation under way) is better than any rewrite
     b = np.asarray(right)
     if not numpy_backend.immutable(b):
         b = b.copy()  # compared with later operands: a plain array may change in place
     k = b.shape[1]
-    with _lock:
-        products = list(_products.get(left.lineage.key, ()))
+    with rewrites.lock:
+        products = list(rewrites.products.get(left.lineage.key, ()))
     longer = shorter = None  # the narrowest product at least as wide, the widest narrower one
     for product in products:
         c = product.right
@@ -383,46 +427,33 @@ def prefix_product(item: LineageItem, left, right):
         if len(longer.blocks) == 1:
             return None  # the same product, computed whole: a full hit
         blocks = longer.blocks  # the same product, assembled before
-    elif longer is not None and len(longer.blocks) == 1 and held(longer.blocks[0][0]):
+    elif longer is not None and len(longer.blocks) == 1 and held(longer.blocks[0][0], runtime):
         source_item = longer.blocks[0][0]
-        whole = cached(source_item, lambda: np.asarray(left) @ longer.right)[0]
+        whole = cached(source_item, lambda: np.asarray(left) @ longer.right, runtime=runtime)[0]
         tier.count("partial_hits")
         log.debug("partial hit %s: the first %d columns of the cached product %s", item.key, k, source_item.key)
         return "columns", whole[:, :k], source_item, k
     elif shorter is None:
-        _remember_product(left.lineage.key, _Product(b, ((item, b, slice(0, k)),)))
+        rewrites.remember_product(left.lineage.key, _Product(b, ((item, b, slice(0, k)),)))
         return None
     else:
         width = shorter.right.shape[1]
         extension = trace_item("getitem", (right, (slice(None), slice(width, k))))
         blocks = shorter.blocks + ((product_item(left.lineage, extension), b, slice(width, k)),)
-        _remember_product(left.lineage.key, _Product(b, blocks))
-        with _lock:
-            _compositions[item.key] = tuple((block, where.stop - where.start) for block, _, where in blocks)
-            while len(_compositions) > MAX_COMPOSITIONS:
-                _compositions.popitem(last=False)
+        rewrites.remember_product(left.lineage.key, _Product(b, blocks))
+        with rewrites.lock:
+            rewrites.compositions[item.key] = tuple((block, where.stop - where.start) for block, _, where in blocks)
+            while len(rewrites.compositions) > MAX_COMPOSITIONS:
+                rewrites.compositions.popitem(last=False)
     values, reused = [], 0
     for block_item, source, where in blocks:
-        reused += held(block_item)
-        values.append((block_item, cached(block_item, lambda s=source, w=where: np.asarray(left) @ s[:, w])[0]))
+        reused += held(block_item, runtime)
+        values.append((block_item, cached(block_item, lambda s=source, w=where: np.asarray(left) @ s[:, w],
+                                          runtime=runtime)[0]))
     if reused:
         tier.count("partial_hits")
         log.debug("partial hit %s: %d of %d column blocks reused", item.key, reused, len(blocks))
     return "blocks", values
-
-
-def _remember_product(left_key: str, product: _Product):
-    global _prefix_bytes
-    with _lock:
-        _products.setdefault(left_key, []).append(product)
-        _products.move_to_end(left_key)
-        _prefix_bytes += product.right.nbytes
-        while _prefix_bytes > MAX_PREFIX_BYTES and _products:
-            oldest = next(iter(_products))
-            forgotten = _products[oldest].pop(0)
-            _prefix_bytes -= forgotten.right.nbytes
-            if not _products[oldest]:
-                del _products[oldest]
 
 
 def gram_of(item: LineageItem) -> LineageItem:
@@ -447,7 +478,7 @@ def unmade_product(item: LineageItem, left, right):
         return None
     if np.result_type(left.dtype, right.dtype) != left.dtype:
         return None  # B of a wider dtype: the product is computed in it, AᵀA was in A's narrower one
-    if default.host().state_of(item.key) is not None or not held(gram_of(left.lineage)):
+    if left.runtime.host().state_of(item.key) is not None or not held(gram_of(left.lineage), left.runtime):
         return None  # a full hit (or a computation under way) is better than any rewrite
     b = np.asarray(right)
     return b if numpy_backend.immutable(b) else b.copy()
@@ -462,6 +493,7 @@ def product_crossproduct(item: LineageItem, product, right):
     Counted as a partial hit when the inner product came from the cache.
     """
     a, b = product.factors
+    runtime = product.runtime
     right_factors = getattr(right, "factors", None)
     c = right_factors[1] if right_factors is not None and right_factors[0].lineage == a.lineage else None
     inner = gram_of(a.lineage) if c is not None else product_item(transpose_item(a.lineage), item.inputs[1])
@@ -471,22 +503,22 @@ def product_crossproduct(item: LineageItem, product, right):
     if c is not None and right is not product and right.deferred:
         direct += n * d * m  # and the other one
     inner_width = d if c is not None else m
-    reused = held(inner)
+    reused = held(inner, runtime)
     through = (0 if reused else n * d * inner_width) + k * d * inner_width + (k * d * m if c is not None else 0)
     if through >= direct:
         return None
     start = time.perf_counter()
     other = a if c is not None else right
-    inner_value, _ = cached(inner, lambda: np.asarray(a).T @ np.asarray(other))
+    inner_value, _ = cached(inner, lambda: np.asarray(a).T @ np.asarray(other), runtime=runtime)
     value = np.asarray(b).T @ inner_value
     if c is not None:
         value = value @ np.asarray(c)
         if right.lineage == product.lineage:  # a Gram matrix: symmetric, as the direct product (syrk) makes it
             value = np.triu(value) + np.triu(value, 1).T
     if reused:
-        default.host().count("partial_hits")
+        runtime.host().count("partial_hits")
         log.debug("partial hit %s: through the cached product %s", item.key, inner.key)
-    return _answer(item, value, time.perf_counter() - start)
+    return _answer(item, value, time.perf_counter() - start, runtime)
 
 
 def associative_product(left, right):

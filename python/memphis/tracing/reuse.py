@@ -4,7 +4,7 @@ import inspect
 import logging
 
 from memphis.backends import numpy_backend
-from memphis.tiers.runtime import default
+from memphis.tiers.runtime import Runtime
 from memphis.tracing.array import TracedArray
 from memphis.tracing.lineage import LineageItem, Untraceable, encode, function_identity, literal
 
@@ -20,45 +20,22 @@ def _storable(result):
     return result
 
 
-def _traced(value, item):
+def _traced(value, item, runtime: Runtime):
     """Arrays of a result (itself, or the elements of a tuple/list) as traced arrays of the call."""
     if isinstance(value, numpy_backend.ARRAY_TYPES):
-        return TracedArray(value, item)
+        return TracedArray(value, item, runtime)
     if type(value) in (tuple, list):
-        return type(value)(_traced(v, LineageItem("output", inputs=(item,), literals=(literal(i),)))
+        return type(value)(_traced(v, LineageItem("output", inputs=(item,), literals=(literal(i),)), runtime)
                            for i, v in enumerate(value))
     return value
 
 
-def reuse(function=None, *, version=None):
-    """Caches a deterministic function by its identity and the lineage of its arguments.
-
-    The identity is the module, the qualified name, a hash of the code and constants (nested
-    functions included), the values its closure holds, and ``version`` (bump it when something the
-    code reads besides its arguments changes, e.g. a global). Arguments may be traced arrays, numpy
-    arrays (hashed by content), pandas and Arrow data, Spark DataFrames (by their lineage key),
-    scalars, strings, None, and tuples, lists and dicts of these. A call with any other argument,
-    or with unseeded randomness in its lineage, runs without reuse (counted as ``refused``).
-    Arrays in the result are read-only; when an argument is a traced array, arrays of the result
-    come back traced.
-
-    Examples
-    --------
-    >>> import numpy as np, memphis
-    >>> @memphis.reuse
-    ... def gram(X):
-    ...     return X.T @ X
-    >>> X = np.ones((100, 3))
-    >>> bool((gram(X) == gram(X)).all())  # the second call is a hit
-    True
-    >>> @memphis.reuse(version="2")
-    ... def scaled(X, factor=2.0):
-    ...     return X * factor
-    """
+def reuse(function=None, *, version=None, runtime: Runtime):
+    """``function`` cached in ``runtime`` (see :func:`memphis.local.reuse`)."""
     if not (version is None or isinstance(version, (str, int)) and not isinstance(version, bool)):
         raise TypeError(f"memphis.reuse: version={version!r}: expected a string, an int or None")
     if function is None:
-        return functools.partial(reuse, version=version)
+        return functools.partial(reuse, version=version, runtime=runtime)
     if not callable(function):
         raise TypeError(f"memphis.reuse: {function!r} (type {type(function).__name__}) is not callable; expected "
                         "a function (use @memphis.reuse or @memphis.reuse(version=...))")
@@ -67,7 +44,7 @@ def reuse(function=None, *, version=None):
 
     @functools.wraps(function)
     def cached(*args, **kwargs):
-        tier = default.host()
+        tier = runtime.host()
         try:
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
@@ -85,7 +62,7 @@ def reuse(function=None, *, version=None):
             return function(*args, **kwargs)
         value = tier.get_or_compute(item.key, lambda: _storable(function(*args, **kwargs)), item=item,
                                     opcode="call:" + qualified, durable=True)
-        return _traced(value, item.cut()) if _has_traced(bound.arguments.values()) else value
+        return _traced(value, item.cut(), runtime) if _has_traced(bound.arguments.values()) else value
 
     return cached
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from memphis.backends import device_backend
 from memphis.backends.numpy_backend import float_matrix
+from memphis.tiers.gpu.tier import NO_GPU
 
 COPY_COUNTERS = ("allocations", "frees", "copies_to_device", "copies_to_host", "bytes_to_device", "bytes_to_host")
 
@@ -84,7 +85,7 @@ class Device:
         self.copy_bytes_per_s = float(copy_bytes_per_s)
         self.counts = dict.fromkeys(COPY_COUNTERS, 0)
         self.copy_seconds = 0.0  # time spent in counted copies (simulated: bytes / copy_bytes_per_s)
-        self.tier = None  # the GpuTier that manages this device, set by it
+        self.tier = NO_GPU  # the GpuTier that manages this device, set by it
         self._counts_lock = threading.Lock()
         self.copy_stream = CopyStream(self._copy_to_host_on_stream)
 

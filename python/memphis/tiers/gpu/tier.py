@@ -42,6 +42,38 @@ TRANSITIONS = {
 }
 
 
+class NoGpuTier:
+    """The GPU tier of a cache, or of a device, without one (a null object): it holds nothing, counts
+    nothing, and hands the work back as it is."""
+
+    device = None
+    budget_bytes = 0
+
+    def traced(self, key: str, item, compute: Callable):
+        return compute(), None
+
+    def serving_host(self, item, compute: Callable) -> Callable:
+        return compute
+
+    def stats(self) -> dict:
+        return dict.fromkeys(GPU_COUNTERS, 0)
+
+    def entries(self) -> list:
+        return []
+
+    def release_free(self) -> int:
+        return 0
+
+    def clear(self):
+        pass
+
+    def close(self):
+        pass
+
+
+NO_GPU = NoGpuTier()
+
+
 class DeviceBudget:
     """memphis' budget over the device's memory pool: the pool's base allocator.
 
@@ -387,4 +419,4 @@ class GpuTier:
         self.clear()
         self.budget.close()
         self.device.close()
-        self.device.tier = None
+        self.device.tier = NO_GPU

@@ -3,7 +3,7 @@ import os
 import re
 import sys
 
-from memphis import _jvm, driver, jvm_access
+from memphis.spark import driver, jvm, jvm_access
 from memphis.errors import MemphisConfigError, MemphisSetupError
 
 CONF_PREFIX = "spark.memphis."
@@ -63,19 +63,19 @@ def configure_spark(builder, **options):
         raise MemphisSetupError(
             "this builder connects to a Spark Connect server, where memphis runs, not in this process: start "
             "the server with `memphis connect-server` (or with the memphis jar in spark.jars and "
-            f"spark.sql.extensions={_jvm.EXTENSION_CLASS}), then connect as usual; memphis's functions take the "
+            f"spark.sql.extensions={jvm.EXTENSION_CLASS}), then connect as usual; memphis's functions take the "
             "Connect session")
-    jar = _jvm.jar_path()  # fails first, with one line, where memphis has no jar for this Spark
+    jar = jvm.jar_path()  # fails first, with one line, where memphis has no jar for this Spark
     problem = _running_jvm_problem()
     if problem:
         raise MemphisSetupError(problem)
     from pyspark import SparkContext
 
     if SparkContext._gateway is None:
-        _jvm.check_java()
+        jvm.check_java()
     current = {**spark_defaults(), **builder._options}
     builder.config("spark.jars", append_csv(current.get("spark.jars"), jar))
-    builder.config("spark.sql.extensions", append_csv(current.get("spark.sql.extensions"), _jvm.EXTENSION_CLASS))
+    builder.config("spark.sql.extensions", append_csv(current.get("spark.sql.extensions"), jvm.EXTENSION_CLASS))
     for name, value in options.items():
         builder.config(option_key(name), conf_value(value))
     return builder
@@ -88,17 +88,17 @@ def _running_jvm_problem():
 
     if SparkContext._gateway is None:
         return None  # no JVM yet: the builder's confs will reach it
-    jvm = SparkContext._gateway.jvm
+    java = SparkContext._gateway.jvm
     try:
-        jvm.java.lang.Class.forName(_jvm.EXTENSION_CLASS, False,
-                                    jvm.java.lang.Thread.currentThread().getContextClassLoader())
+        java.java.lang.Class.forName(jvm.EXTENSION_CLASS, False,
+                                     java.java.lang.Thread.currentThread().getContextClassLoader())
     except Py4JError:
         return ("Spark's JVM in this Python process started without the memphis jar, and a running JVM "
                 "cannot load it; restart the Python process (notebook kernel) and configure memphis before "
                 "the first session, or install the jar on the cluster (see docs/cluster.md)")
     running = SparkContext._active_spark_context
     extensions = running.getConf().get("spark.sql.extensions", "") if running is not None else None
-    if extensions is not None and _jvm.EXTENSION_CLASS not in [x.strip() for x in extensions.split(",")]:
+    if extensions is not None and jvm.EXTENSION_CLASS not in [x.strip() for x in extensions.split(",")]:
         return ("a SparkContext is running without the memphis extension, and its confs are fixed; "
                 "call spark.stop(), then build the session again")
     return None
@@ -141,10 +141,10 @@ def session(master: str = "local[*]", app_name: str = "memphis", **options):
             raise
         # The first context of a process launches the JVM with its confs as system properties,
         # which every later context of that JVM would inherit: the rejected values go too.
-        jvm = SparkContext._jvm
+        java = SparkContext._jvm
         for key, value in builder._options.items():
-            if key.startswith(CONF_PREFIX) and jvm is not None and jvm.System.getProperty(key) == str(value):
-                jvm.System.clearProperty(key)
+            if key.startswith(CONF_PREFIX) and java is not None and java.System.getProperty(key) == str(value):
+                java.System.clearProperty(key)
         builder._options.clear()
         builder._options.update(before)
         if SparkContext._active_spark_context is not None:

@@ -3,7 +3,7 @@ from typing import Optional
 
 import xxhash
 
-from memphis import jvm_access
+from memphis.spark import jvm_access
 from memphis.tracing.lineage import Untraceable, bytes_leaf, register_leaf
 
 

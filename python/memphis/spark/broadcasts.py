@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memphis import background, jvm_access
+from memphis.spark import background, jvm_access
 from memphis.tiers import config
 from memphis.tiers.host import size_of
 from memphis.tiers.runtime import Runtime, default

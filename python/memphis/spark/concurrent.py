@@ -4,7 +4,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
-from memphis import background, jvm_access
+from memphis.spark import background, jvm_access
 
 log = logging.getLogger("memphis")
 

@@ -3,7 +3,7 @@ session, SQL table functions (``memphis_stats()``, ``memphis_lineage_key(TABLE(â
 Spark Connect one, whose client has no JVM. Both call the same code on the driver."""
 import json
 
-from memphis import _jvm
+from memphis.spark import jvm
 
 
 def is_connect(spark_or_df) -> bool:
@@ -29,7 +29,7 @@ class Py4jAccess:
 
     def __init__(self, spark):
         self._spark = spark
-        self._facade = _jvm.facade(spark)
+        self._facade = jvm.facade(spark)
 
     def stats(self) -> dict:
         return json.loads(self._facade.statsJson(self._spark._jsparkSession))

@@ -1,5 +1,5 @@
 """The driver's caches as one: a Runtime's host, disk and GPU tiers with the Spark broadcasts it holds."""
-from memphis.broadcasts import broadcasts_of
+from memphis.spark.broadcasts import broadcasts_of
 from memphis.tiers.runtime import Runtime, default
 
 COLUMNS = ["key", "tier", "state", "opcode", "hits", "misses", "cost_ms", "size_bytes", "score", "path", "age_s"]
@@ -36,5 +36,4 @@ def clear(runtime: Runtime = default, *, durable: bool = False):
     >>> import memphis.local
     >>> memphis.local.clear(durable=True)  # doctest: +SKIP
     """
-    runtime.clear(durable=durable)
-    broadcasts_of(runtime).clear()
+    runtime.clear(durable=durable)  # the broadcasts are a part of it

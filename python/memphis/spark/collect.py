@@ -1,9 +1,9 @@
 """A Spark DataFrame's result collected to the driver (and the GPU) through Arrow once, held by lineage key."""
 import logging
 
-from memphis import background, jvm_access
+from memphis.spark import background, jvm_access
 from memphis.backends.numpy_backend import float_matrix
-from memphis.lineage import lineage_key
+from memphis.spark.keys import lineage_key
 from memphis.tiers.runtime import default
 from memphis.tracing.lineage import LineageItem
 
