@@ -85,7 +85,8 @@ def test_the_driver_tier_uses_the_user_and_folders_of_the_jvm(spark, tmp_path):
 @pytest.mark.parametrize("cache_home", ["/var/cache/someone", "/var/cache/someone/", "relative/cache", "", None])
 def test_the_default_durable_root_is_the_jvms(spark, cache_home):
     environ = {} if cache_home is None else {"XDG_CACHE_HOME": cache_home}
-    assert durable.default_root(environ, "/home/someone") == jvm_layout(spark).defaultRoot(cache_home, "/home/someone")
+    home = "/home/someone"
+    assert durable.default_root(environ, home) == jvm_layout(spark).defaultRoot(cache_home, home)
     assert config.durable_root("auto") == durable.default_root() == jvm_layout(spark).defaultRoot()
 
 

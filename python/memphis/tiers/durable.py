@@ -48,12 +48,13 @@ def user_folder(user: str, shared: bool = False) -> str:
     names it (the jar's durable layout): the shared folder when entries are shared across users; else
     the name itself when it is plain and not the shared folder's, otherwise a hash of it."""
     layout = jar_facts.durable_layout()
-    rule = layout["user_folder"]
     if shared:
         return layout["shared_folder"]
+    rule = layout["user_folder"]
     if re.fullmatch(rule["plain"], user) and user != layout["shared_folder"]:
         return user
-    return rule["hashed_prefix"] + hashlib.sha256(user.encode("utf-8", "replace")).hexdigest()[:rule["hashed_hex_digits"]]
+    digest = hashlib.sha256(user.encode("utf-8", "replace")).hexdigest()
+    return rule["hashed_prefix"] + digest[:rule["hashed_hex_digits"]]
 
 
 def default_root(environ: Mapping = os.environ, home: Optional[str] = None) -> str:
@@ -110,7 +111,8 @@ class DurableTier:
     def __init__(self, *, root: str, max_bytes: int, shared: bool = False, min_cost_s: Optional[float] = None):
         self.root = root
         self.shared = shared
-        self.folder = os.path.join(root, user_folder(user_name(), shared), jar_facts.durable_layout()["tier_folders"]["driver"])
+        driver_folder = jar_facts.durable_layout()["tier_folders"]["driver"]
+        self.folder = os.path.join(root, user_folder(user_name(), shared), driver_folder)
         self.max_bytes = int(max_bytes)
         self.min_cost_s = min_cost_s  # a fixed admission floor (configure(min_cost_s=...)); None: measured
         self.bandwidths = Bandwidths()

@@ -98,7 +98,7 @@ class DurableManifestSuite extends AnyFunSuite {
   test("the default root is under an absolute XDG_CACHE_HOME, else under ~/.cache: a relative one is ignored") {
     assert(DurableLayout.defaultRoot("/var/cache/ada", "/home/ada") == "/var/cache/ada/memphis/durable")
     Seq("relative/cache", "", null).foreach { cacheHome =>
-      assert(DurableLayout.defaultRoot(cacheHome, "/home/ada") == "/home/ada/.cache/memphis/durable", cacheHome)
+      assert(DurableLayout.defaultRoot(cacheHome, "/home/ada") == "/home/ada/.cache/memphis/durable", String.valueOf(cacheHome))
     }
   }
 
