@@ -353,7 +353,7 @@ def test_durable_entries_are_listed_private_and_cleared_only_when_asked(durable_
     for path, size in zip(rows["path"], rows["size_bytes"]):
         assert os.path.getsize(path) == size and stat.S_IMODE(os.stat(path).st_mode) == 0o600
     folder = os.path.dirname(rows["path"].iloc[0])
-    assert folder == os.path.join(durable_folder, durable_module.user_folder(), "driver")
+    assert folder == os.path.join(durable_folder, durable_module.user_folder(durable_module.user_name()), "driver")
     assert stat.S_IMODE(os.stat(folder).st_mode) == stat.S_IMODE(os.stat(os.path.dirname(folder)).st_mode) == 0o700
 
     memphis.local.clear()

@@ -79,7 +79,7 @@ for step in args["steps"]:
     after = settled()
     out["steps"].append({"answers": answers, "runs": runs, "moved": {k: after[k] - before[k] for k in after}})
 entries = memphis.entries(spark)
-out["entries"] = entries[entries.tier == "durable"][["key", "size_bytes", "path", "age_ms", "owner"]].to_dict("records")
+out["entries"] = entries[entries.tier == "durable"][["key", "size_bytes", "path", "age_s", "owner"]].to_dict("records")
 if args.get("explain"):
     out["explain"] = question(args["steps"][0]["source"], "k", 0)._jdf.queryExecution().toString()  # explain(True)
 spark.conf.set("spark.memphis.enabled", "false")
@@ -171,7 +171,7 @@ def test_a_new_process_reads_what_the_first_wrote_until_a_source_changes(tmp_pat
         assert all(r["stages"] == 1 for r in step["runs"])  # the plain questions shuffle: two stages at least
     assert "DurableResult memphis" in second["explain"]
     assert sorted(e["key"] for e in second["entries"]) == written_keys
-    assert all(e["size_bytes"] > 0 and e["age_ms"] >= 0 and e["path"].startswith("file:") for e in second["entries"])
+    assert all(e["size_bytes"] > 0 and e["age_s"] >= 0 and e["path"].startswith("file:") for e in second["entries"])
 
     # A file copied into the Parquet folder (and, with Delta, a commit the second process made): the new
     # answer, the old entry invalidated and removed, the new one written.

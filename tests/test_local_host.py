@@ -180,8 +180,8 @@ def test_module_functions_report_entries(local_tier):
     tier = ml.tier()
     tier.get_or_compute(key(5), lambda: np.zeros(10), opcode="test")
     frame = ml.entries()
-    assert list(frame.columns) == ["key", "tier", "state", "opcode", "hits", "misses", "cost_ms", "size_bytes",
-                                   "score", "path", "age_s"]
+    assert list(frame.columns) == ["tier", "key", "state", "hits", "misses", "size_bytes", "cost_ms", "score",
+                                   "path", "age_s", "opcode"]
     assert frame.loc[0, "state"] == "cached" and frame.loc[0, "opcode"] == "test"
     assert set(ml.stats()) >= {"hits", "partial_hits", "misses", "computed", "evicted", "spilled", "reloaded",
                                "refused", "corrupt", "bytes_held_host", "bytes_held_disk", "compute_saved_ms"}

@@ -1,11 +1,15 @@
 """What the JVM and Python sides both need agrees: the conf table, how values parse, the eviction
-score (the JVM is the source of each). A refused start is recognized by the JVM exception's class
-(test_session_start.py)."""
+score (the JVM is the source of each), the durable tier's layout and the entries' columns (the
+jar's durable-layout.json and entry-columns.json, which both read). A refused start is recognized by
+the JVM exception's class (test_session_start.py)."""
+import os
+
 import pytest
 
+import memphis
 from memphis import jar_facts
-from memphis.tiers import config
-from memphis.tiers.core import Entry
+from memphis.tiers import config, durable
+from memphis.tiers.core import Entry, value_per_byte
 from memphis.tiers.host import State
 
 
@@ -47,10 +51,52 @@ def test_fractions_are_allowed_as_on_the_jvm(spark, text):
     assert (python_value(config.fraction, text) is not None) == jvm_allows
 
 
+@pytest.mark.parametrize("cost_ms, uses, size", [(250, 3, 1000), (250, 0, 1000), (7, 0, 0), (0, 5, 10), (1, 2, 3)])
+def test_the_eviction_score_is_the_jvms(spark, cost_ms, uses, size):
+    assert value_per_byte(cost_ms, uses, size) == pytest.approx(
+        spark._jvm.io.memphis.reuse.EvictionPolicy.valuePerByte(cost_ms, uses, size))
+
+
 def test_the_host_tiers_score_is_the_jvms(spark):
     entry = Entry(key="k", item=None, opcode="op", state=State.CACHED, owner=0, cost_s=0.25, size=1000,
                   hits=2, misses=1)
     assert entry.score == pytest.approx(spark._jvm.io.memphis.reuse.EvictionPolicy.valuePerByte(250, 3, 1000))
+
+
+def jvm_layout(spark):
+    return spark._jvm.io.memphis.durable.DurableLayout
+
+
+@pytest.mark.parametrize("user", ["alice", "a.b_c-D9", "shared", "Shared", "..", ".hidden", "-x", "a/b", "dom\\user",
+                                  "jos\u00e9", "\u7528\u6237", "x" * 64, "x" * 65, "a b", ""])
+def test_user_folders_are_named_as_on_the_jvm(spark, user):
+    for shared in (False, True):
+        assert durable.user_folder(user, shared) == jvm_layout(spark).userFolder(user, shared)
+
+
+def test_the_driver_tier_uses_the_user_and_folders_of_the_jvm(spark, tmp_path):
+    assert durable.user_name() == spark._jvm.org.apache.spark.util.Utils.getCurrentUserName()
+    for shared in (False, True):
+        folder = durable.DurableTier(root=str(tmp_path), max_bytes=1, shared=shared).folder
+        spark_folder = jvm_layout(spark).sparkFolder(str(tmp_path), durable.user_name(), shared).toString()
+        assert os.path.dirname(folder) == os.path.dirname(spark_folder)
+
+
+@pytest.mark.parametrize("cache_home", ["/var/cache/someone", "/var/cache/someone/", "relative/cache", "", None])
+def test_the_default_durable_root_is_the_jvms(spark, cache_home):
+    environ = {} if cache_home is None else {"XDG_CACHE_HOME": cache_home}
+    home = "/home/someone"
+    assert durable.default_root(environ, home) == jvm_layout(spark).defaultRoot(cache_home, home)
+    assert config.durable_root("auto") == durable.default_root() == jvm_layout(spark).defaultRoot()
+
+
+def test_the_entries_columns_are_the_jars(spark, local_tier):
+    cache = jar_facts.entry_columns("memphis_cache")
+    local = jar_facts.entry_columns("local")
+    assert spark.sql("SELECT * FROM memphis_cache()").columns == cache
+    assert list(memphis.local.entries().columns) == local
+    columns = list(memphis.entries(spark).columns)
+    assert set(columns) == set(cache) | set(local) and [c for c in columns if c.startswith("age")] == ["age_s"]
 
 
 

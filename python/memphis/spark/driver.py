@@ -1,8 +1,7 @@
 """The driver's caches as one: a Runtime's host, disk and GPU tiers with the Spark broadcasts it holds."""
+from memphis import jar_facts
 from memphis.spark.broadcasts import broadcasts_of
 from memphis.tiers.runtime import Runtime, default
-
-COLUMNS = ["key", "tier", "state", "opcode", "hits", "misses", "cost_ms", "size_bytes", "score", "path", "age_s"]
 
 
 def stats(runtime: Runtime = default) -> dict:
@@ -19,11 +18,12 @@ def stats(runtime: Runtime = default) -> dict:
 
 
 def entries(runtime: Runtime = default):
-    """One row per local entry (pandas): key, tier (host, disk, durable or gpu), state, opcode, hits,
-    misses, cost_ms, size_bytes, score; path and age_s for durable files."""
+    """One row per local entry (pandas): tier (host, disk, durable or gpu), key, state, hits, misses,
+    size_bytes, cost_ms, score, path and age_s (durable files: the time since they were written),
+    opcode; the jar's entry columns (``local``) name them."""
     import pandas as pd  # imported when asked for: most sessions never list entries
 
-    return pd.DataFrame(runtime.entries(), columns=COLUMNS)
+    return pd.DataFrame(runtime.entries(), columns=jar_facts.entry_columns("local"))
 
 
 def clear(runtime: Runtime = default, *, durable: bool = False):

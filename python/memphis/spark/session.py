@@ -238,9 +238,9 @@ def entries(spark):
     evicted, invalid; the durable tier's Spark results: durable; driver: computing, cached, spilled),
     occurrences, hits, misses, consumers (distinct queries that used it), readers (running queries that
     read it), size_bytes, partitions_stored, partitions, cost_ms, score, height, last_access_ms,
-    retained_shuffles, reason, owner (Spark entries: the user whose query produced it), path and age_ms
-    (durable entries: their folder, the time since they were written), and opcode (driver entries: the
-    operation that made it). A column that does not apply to a tier is empty.
+    retained_shuffles, estimated_bytes, reason, owner (Spark entries: the user whose query produced it),
+    path and age_s (durable entries: their folder, the seconds since they were written), and opcode
+    (driver entries: the operation that made it). A column that does not apply to a tier is empty.
     ``SELECT * FROM memphis_cache()`` shows the Spark and durable rows.
 
     Examples
@@ -249,9 +249,7 @@ def entries(spark):
     """
     import pandas as pd
 
-    spark_rows = spark.sql("SELECT * FROM memphis_cache()").toPandas()
-    spark_rows.insert(0, "tier", spark_rows.pop("tier"))
-    return pd.concat([spark_rows, driver.entries()], ignore_index=True)
+    return pd.concat([spark.sql("SELECT * FROM memphis_cache()").toPandas(), driver.entries()], ignore_index=True)
 
 
 def clear(spark, *, durable: bool = False) -> None:

@@ -14,7 +14,7 @@ import urllib.parse
 
 from memphis import jar_facts
 from memphis.tiers.disk import NO_DISK, DiskTier
-from memphis.tiers.durable import DurableTier
+from memphis.tiers.durable import DurableTier, default_root
 from memphis.tiers.host import HostTier
 
 HOST_MAX_BYTES = "spark.memphis.host.maxBytes"
@@ -89,10 +89,7 @@ def durable_root(value):
         if scheme is None:
             return path
         return urllib.parse.urlparse(path).path if scheme.group(1).lower() == "file" else None
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(cache):  # the XDG spec: a relative value is ignored
-        cache = os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "memphis", "durable")
+    return default_root()
 
 
 def boolean(value) -> bool:

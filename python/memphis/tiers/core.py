@@ -15,6 +15,13 @@ REFUSED = "refused"  # an entry of the same hash and another lineage: never serv
 OWN = "own"  # the caller's own computation asks for it again: waiting would be waiting on oneself
 
 
+def value_per_byte(cost_ms: float, uses: int, size: int) -> float:
+    """LIMA's cost-and-size score, as every memphis tier computes it (the JVM's
+    ``EvictionPolicy.valuePerByte``): ms of compute per byte held, times (1 + uses); the lowest is
+    evicted first."""
+    return cost_ms * (1 + uses) / max(size, 1)
+
+
 @dataclass(eq=False)
 class Entry:
     key: str
@@ -31,10 +38,8 @@ class Entry:
 
     @property
     def score(self) -> float:
-        """LIMA's cost-and-size score, as every memphis tier computes it (the JVM's
-        ``EvictionPolicy.valuePerByte``): ms of compute per byte held, times (1 + uses); the lowest
-        is evicted first."""
-        return (1 + self.hits + self.misses) * self.cost_s * 1000 / max(self.size, 1)
+        """The entry's eviction score (:func:`value_per_byte`), its hits and misses its uses."""
+        return value_per_byte(self.cost_s * 1000, self.hits + self.misses, self.size)
 
     def row(self, tier: str) -> dict:
         """The entry as a row of ``entries()``: key, tier, state, opcode, hits, misses, cost_ms, size_bytes, score."""

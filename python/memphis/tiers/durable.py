@@ -7,14 +7,18 @@ a manifest inside the checksummed part, so that one rename commits an entry whol
 """
 import concurrent.futures
 import getpass
+import hashlib
 import json
 import logging
 import os
+import re
 import stat
 import threading
 import time
-from typing import Optional
+from typing import Mapping, Optional
 
+from memphis import jar_facts
+from memphis.tiers.core import value_per_byte
 from memphis.tiers.disk import (HEADER_BYTES, KEY_PATTERN, Bandwidths, checked_body, checked_key, private_dir,
                                 read_payload, spill_format, write_entry_file)
 
@@ -28,16 +32,40 @@ MANIFEST_LENGTH_BYTES = 4  # the manifest's length, first in the checksummed bod
 MIN_DURABLE_SECONDS = 0.010  # as for spilling: below this, estimates of disk time are noise
 ORPHAN_AGE_S = 3600.0  # a temp file this old is a killed writer's: no live write takes an hour
 MAX_PENDING_BYTES = 1 << 30  # values queued for writing; beyond it new ones are refused, not queued
-SHARED_FOLDER = "shared"  # the folder of entries every user may read (spark.memphis.shareAcrossUsers)
 
 COUNTERS = ("durable_hits", "durable_misses", "durable_writes", "durable_refused", "durable_evicted",
             "durable_corrupt", "durable_foreign", "durable_write_failed", "durable_orphans_removed")
 
 
-def user_folder() -> str:
-    """This user's folder name under the durable root: the login name, never a path."""
-    name = getpass.getuser()
-    return name if name and "/" not in name and name not in (".", "..", SHARED_FOLDER) else f"uid-{os.getuid()}"
+def user_name() -> str:
+    """The user name Spark gives this process (``Utils.getCurrentUserName``): $SPARK_USER, else
+    Hadoop's ($HADOOP_USER_NAME, else the login name); the JVM's tier names its folder by the same."""
+    return os.environ.get("SPARK_USER") or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+
+
+def user_folder(user: str, shared: bool = False) -> str:
+    """The folder of ``user``'s entries under the durable root, as the JVM's ``DurableLayout.userFolder``
+    names it (the jar's durable layout): the shared folder when entries are shared across users; else
+    the name itself when it is plain and not the shared folder's, otherwise a hash of it."""
+    layout = jar_facts.durable_layout()
+    if shared:
+        return layout["shared_folder"]
+    rule = layout["user_folder"]
+    if re.fullmatch(rule["plain"], user) and user != layout["shared_folder"]:
+        return user
+    digest = hashlib.sha256(user.encode("utf-8", "replace")).hexdigest()
+    return rule["hashed_prefix"] + digest[:rule["hashed_hex_digits"]]
+
+
+def default_root(environ: Mapping = os.environ, home: Optional[str] = None) -> str:
+    """``$XDG_CACHE_HOME/memphis/durable``, else ``~/.cache/memphis/durable`` (of ``environ`` and
+    ``home``, this process's by default), as the JVM's ``DurableLayout.defaultRoot``: a relative
+    ``XDG_CACHE_HOME`` is ignored, as the XDG Base Directory spec says."""
+    rule = jar_facts.durable_layout()["root_default"]
+    cache = environ.get(rule["cache_home_variable"]) or ""
+    if not os.path.isabs(cache):
+        cache = os.path.join(os.path.expanduser("~") if home is None else home, rule["cache_home_default"])
+    return os.path.abspath(os.path.join(cache, rule["path"]))
 
 
 def shared_dir(path: str) -> str:
@@ -83,7 +111,8 @@ class DurableTier:
     def __init__(self, *, root: str, max_bytes: int, shared: bool = False, min_cost_s: Optional[float] = None):
         self.root = root
         self.shared = shared
-        self.folder = os.path.join(root, SHARED_FOLDER if shared else user_folder(), "driver")
+        driver_folder = jar_facts.durable_layout()["tier_folders"]["driver"]
+        self.folder = os.path.join(root, user_folder(user_name(), shared), driver_folder)
         self.max_bytes = int(max_bytes)
         self.min_cost_s = min_cost_s  # a fixed admission floor (configure(min_cost_s=...)); None: measured
         self.bandwidths = Bandwidths()
@@ -362,9 +391,9 @@ def _manifest_of(path: str) -> dict:
 
 
 def _score(cost_s, size: int) -> float:
-    """Compute ms per byte held: the host tier's score of an entry with no uses counted (uses in other
-    processes are not known here)."""
-    return (cost_s if isinstance(cost_s, (int, float)) else 0.0) * 1000 / max(size, 1)
+    """The eviction score of a file of a manifest's ``cost_s`` (0 when it is no number), no uses
+    counted: uses in other processes are not known here."""
+    return value_per_byte((cost_s if isinstance(cost_s, (int, float)) else 0.0) * 1000, 0, size)
 
 
 def _unlink(path: str) -> bool:

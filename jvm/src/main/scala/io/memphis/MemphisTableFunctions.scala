@@ -1,5 +1,6 @@
 package io.memphis
 
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{FunctionIdentifier, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.{AttributeReference, Expression, ExpressionInfo, SubqueryExpression}
@@ -8,7 +9,7 @@ import org.apache.spark.sql.catalyst.util.GenericArrayData
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkRuntime
 import io.memphis.reuse.EvictionPolicy
-import org.apache.spark.sql.types.{ArrayType, BooleanType, DataType, DoubleType, IntegerType, LongType, StringType}
+import org.apache.spark.sql.types.{ArrayType, BooleanType, DataType, IntegerType, LongType, StringType}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
@@ -44,28 +45,33 @@ object MemphisTableFunctions {
     Seq("name" -> StringType, "value" -> LongType),
     call => PythonFacade.statsRows(call.session).map { case (name, value) => InternalRow(utf8(name), value) })
 
+  /** The columns of `memphis_cache()` (name, type, nullable) in the jar's `io/memphis/entry-columns.json`, which Python reads too. */
+  private val entryColumns: Seq[(String, DataType, Boolean)] = {
+    val in = getClass.getResourceAsStream("/io/memphis/entry-columns.json")
+    val columns = try new ObjectMapper().readTree(in).path("columns") finally in.close()
+    def list(node: JsonNode): Seq[JsonNode] = (0 until node.size).map(node.get)
+    list(columns).filter(c => list(c.path("in")).exists(_.asText == "memphis_cache"))
+      .map(c => (c.path("name").asText, DataType.fromDDL(c.path("type").asText), c.path("nullable").asBoolean(false)))
+  }
+
   val entries: Description = tableFunction("memphis_cache", 0, "()",
     "Returns one row per memphis cache entry (over Spark Connect, the calling user's): its key, state, counts, size and last decision.",
-    Seq("key" -> StringType, "state" -> StringType, "occurrences" -> IntegerType, "hits" -> LongType,
-      "misses" -> LongType, "consumers" -> IntegerType, "readers" -> IntegerType, "size_bytes" -> LongType, "partitions_stored" -> IntegerType,
-      "partitions" -> IntegerType, "cost_ms" -> LongType, "score" -> DoubleType, "height" -> IntegerType,
-      "last_access_ms" -> LongType, "retained_shuffles" -> IntegerType, "estimated_bytes" -> LongType,
-      "reason" -> StringType, "owner" -> StringType, "tier" -> StringType, "path" -> StringType, "age_ms" -> LongType),
+    entryColumns.map { case (name, dataType, _) => name -> dataType },
     call => {
       val policy = MemphisConf.EvictionPolicyName.get(SQLConf.get)
-      val spark = call.cache.entryRowsFor(call.session, e => InternalRow(utf8(e.key.hash),
+      val spark = call.cache.entryRowsFor(call.session, e => InternalRow(utf8("spark"), utf8(e.key.hash),
         utf8(e.state.toString), e.occurrences, e.hits, e.misses, e.consumers.size, e.readers.size, e.sizeBytes, e.relation.fold(0)(_.stored.size),
         e.relation.fold(0)(_.partitions), e.costMs, EvictionPolicy.score(policy, e), e.key.height, e.lastAccess, e.firstShuffles.size,
-        e.estimatedBytes.fold(-1L)(b => if (b.isValidLong) b.toLong else Long.MaxValue), utf8(e.reason), utf8(e.owner), utf8("spark"), null, null))
+        e.estimatedBytes.fold(-1L)(b => if (b.isValidLong) b.toLong else Long.MaxValue), utf8(e.reason), utf8(e.owner), null, null))
       val now = System.currentTimeMillis()
       // The durable tier's entries of the calling user (all of them when shared), as their manifests say.
       val durable = call.cache.durable.entries(ConnectSessions.userOfQuery(call.session)).map { case (folder, m) =>
-        InternalRow(utf8(m.key), utf8("durable"), 0, 0L, 0L, 0, 0, m.bytes, m.files.size, m.files.size, m.costMs,
+        InternalRow(utf8("durable"), utf8(m.key), utf8("durable"), 0, 0L, 0L, 0, 0, m.bytes, m.files.size, m.files.size, m.costMs,
           EvictionPolicy.valuePerByte(m.costMs, 0L, m.bytes), m.height, m.writtenMs, 0, -1L,
-          utf8(s"written with ${m.rows} rows"), utf8(m.owner), utf8("durable"), utf8(folder.toString), now - m.writtenMs)
+          utf8(s"written with ${m.rows} rows"), utf8(m.owner), utf8(folder.toString), (now - m.writtenMs) / 1000.0)
       }
       spark ++ durable
-    }, nullable = Set("path", "age_ms"))
+    }, nullable = entryColumns.collect { case (name, _, true) => name }.toSet)
 
   val lineageKey: Description = tableFunction("memphis_lineage_key", 1, "(TABLE(t))",
     "Returns the lineage key of t's result (null when it has none) and its explanation: its canonical form and sources, or why it has none.",

@@ -1,8 +1,10 @@
 package io.memphis.durable
 
+import java.io.File
 import java.security.MessageDigest
 import java.util.Locale
 
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import org.apache.hadoop.fs.Path
 
 /**
@@ -19,18 +21,35 @@ import org.apache.hadoop.fs.Path
  * `<user>` ([[userFolder]]) is the user's name when it is a plain name, else a hash of it, and
  * `shared` when entries are shared across users; `<shape>` is the lineage key's shape hash
  * ([[io.memphis.lineage.LineageKey.shapeHash]]): no user input, no path of a source, reaches a name.
+ *
+ * The names and rules are the jar's `io/memphis/durable-layout.json`, which the Python package reads
+ * too (`memphis.tiers.durable`), so that both languages lay out one tree (tests/test_shared_facts.py).
  */
 object DurableLayout {
-  val SharedFolder = "shared"
-  val SparkFolder = "spark"
-  val CollectedFolder = "collected"
-  val RowsFileName = "rows.bin"
-  val ManifestName = "manifest.json"
-  val DataPrefix = "data-"
-  val RemovedPrefix = "removed-"
-  val TempPrefix = ".manifest-"
+  private val spec: JsonNode = {
+    val in = getClass.getResourceAsStream("/io/memphis/durable-layout.json")
+    try new ObjectMapper().readTree(in) finally in.close()
+  }
 
-  private val PlainName = "[A-Za-z0-9][A-Za-z0-9._-]{0,63}".r
+  /** The text at `path` in the spec; a missing one is a broken jar, not an empty name. */
+  private def fact(path: String*): String = {
+    val node = path.foldLeft(spec)(_.path(_))
+    require(node.isValueNode, s"durable-layout.json has no ${path.mkString(".")}")
+    node.asText
+  }
+
+  val SharedFolder: String = fact("shared_folder")
+  val SparkFolder: String = fact("tier_folders", "spark")
+  val CollectedFolder: String = fact("tier_folders", "collected")
+  val RowsFileName: String = fact("entry_files", "rows")
+  val ManifestName: String = fact("entry_files", "manifest")
+  val DataPrefix: String = fact("entry_files", "data_prefix")
+  val RemovedPrefix: String = fact("entry_files", "removed_prefix")
+  val TempPrefix: String = fact("entry_files", "temp_prefix")
+
+  private val PlainName = fact("user_folder", "plain").r
+  private val HashedPrefix = fact("user_folder", "hashed_prefix")
+  private val HashedHexDigits = fact("user_folder", "hashed_hex_digits").toInt
 
   /** The root a `durable.dir` value names itself (not auto, none or empty), which the session start checks. */
   def explicitRoot(value: String): Option[String] =
@@ -43,10 +62,17 @@ object DurableLayout {
   }
 
   /** `$XDG_CACHE_HOME/memphis/durable`, else `~/.cache/memphis/durable`: the user's own, kept across reboots. */
-  def defaultRoot: String = {
-    val cache = Option(System.getenv("XDG_CACHE_HOME")).filter(_.nonEmpty)
-      .getOrElse(new java.io.File(System.getProperty("user.home"), ".cache").getPath)
-    new java.io.File(cache, "memphis/durable").getAbsolutePath
+  def defaultRoot: String =
+    defaultRoot(System.getenv(fact("root_default", "cache_home_variable")), System.getProperty("user.home"))
+
+  /**
+   * The default root for this value of the cache home variable (null when unset) and home folder:
+   * a relative value is ignored, as the XDG Base Directory spec says.
+   */
+  def defaultRoot(cacheHome: String, home: String): String = {
+    val cache = Option(cacheHome).filter(new File(_).isAbsolute)
+      .getOrElse(new File(home, fact("root_default", "cache_home_default")).getPath)
+    new File(cache, fact("root_default", "path")).getAbsolutePath
   }
 
   /**
@@ -57,7 +83,8 @@ object DurableLayout {
   def userFolder(user: String, shared: Boolean): String =
     if (shared) SharedFolder
     else if (PlainName.pattern.matcher(user).matches() && user != SharedFolder) user
-    else "u-" + MessageDigest.getInstance("SHA-256").digest(user.getBytes("UTF-8")).take(8).map(b => f"${b & 0xff}%02x").mkString
+    else HashedPrefix + MessageDigest.getInstance("SHA-256").digest(user.getBytes("UTF-8")).map(b => f"${b & 0xff}%02x").mkString
+      .take(HashedHexDigits)
 
   /** The folder of `user`'s Spark entries under `root`. */
   def sparkFolder(root: String, user: String, shared: Boolean): Path =

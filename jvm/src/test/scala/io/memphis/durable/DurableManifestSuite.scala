@@ -95,6 +95,13 @@ class DurableManifestSuite extends AnyFunSuite {
     assert(DurableLayout.root(" s3a://bucket/memphis ", localMaster = false).contains("s3a://bucket/memphis"))
   }
 
+  test("the default root is under an absolute XDG_CACHE_HOME, else under ~/.cache: a relative one is ignored") {
+    assert(DurableLayout.defaultRoot("/var/cache/ada", "/home/ada") == "/var/cache/ada/memphis/durable")
+    Seq("relative/cache", "", null).foreach { cacheHome =>
+      assert(DurableLayout.defaultRoot(cacheHome, "/home/ada") == "/home/ada/.cache/memphis/durable", String.valueOf(cacheHome))
+    }
+  }
+
   test("admission: computed longer than written and read back, and at least the floor") {
     val admission = new DurableAdmission
     assert(admission.verdict(5, 10).isLeft)
