@@ -10,7 +10,7 @@ from memphis.tiers.host import State
 
 
 def jvm_conf(spark):
-    return spark._jvm.io.memphis.MemphisConf
+    return spark._jvm.io.memphis.conf.MemphisConf
 
 
 def test_the_jars_conf_table_is_what_the_jvm_declares(spark):
@@ -50,7 +50,7 @@ def test_fractions_are_allowed_as_on_the_jvm(spark, text):
 def test_the_host_tiers_score_is_the_jvms(spark):
     entry = Entry(key="k", item=None, opcode="op", state=State.CACHED, owner=0, cost_s=0.25, size=1000,
                   hits=2, misses=1)
-    assert entry.score == pytest.approx(spark._jvm.io.memphis.reuse.EvictionPolicy.valuePerByte(250, 3, 1000))
+    assert entry.score == pytest.approx(spark._jvm.io.memphis.cache.EvictionPolicy.valuePerByte(250, 3, 1000))
 
 
 

@@ -2,7 +2,9 @@ package io.memphis
 
 import scala.util.control.NonFatal
 
+import io.memphis.conf.{CacheStats, MemphisConf}
 import io.memphis.lineage.{InlineCtes, LineageKey}
+import io.memphis.reuse.LineageCache
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}

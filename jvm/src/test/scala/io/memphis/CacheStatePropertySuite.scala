@@ -4,9 +4,9 @@ import java.nio.file.{Files, Path}
 
 import scala.collection.mutable
 
-import io.memphis.cache.Executions
+import io.memphis.cache.{CacheEntry, EntryState, EvictionPolicy, Executions}
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy}
+import io.memphis.reuse.LineageCache
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.execution.columnar.InMemoryRelation

@@ -1,5 +1,7 @@
 package io.memphis
 
+
+import io.memphis.conf.MemphisConf
 import org.scalatest.funsuite.AnyFunSuite
 
 class MemphisConfSuite extends AnyFunSuite {

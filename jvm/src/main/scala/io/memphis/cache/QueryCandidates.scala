@@ -6,7 +6,6 @@ import scala.collection.mutable
 
 import io.memphis.cache.ReusePolicy.{Candidate, Past}
 import io.memphis.lineage.{LineageKey, ServedSubplan}
-import io.memphis.reuse.{CacheEntry, EntryState, OwnerMark}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{OuterReference, PythonUDF, SubqueryExpression}
 import org.apache.spark.sql.catalyst.plans.logical._

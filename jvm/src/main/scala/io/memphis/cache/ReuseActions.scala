@@ -2,11 +2,10 @@ package io.memphis.cache
 
 import scala.collection.mutable
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
 import io.memphis.cache.ReusePolicy.{Decisions, Observation}
+import io.memphis.conf.CacheStats
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.{Admission, CacheEntry, CachedRelation, EntryState}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf

@@ -4,8 +4,8 @@ import java.util.IdentityHashMap
 
 import scala.collection.mutable
 
-import io.memphis.{CacheStats, ConnectSessions, MemphisConf}
-import io.memphis.CacheStats.Counter
+import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import org.apache.spark.SparkContext
 import org.apache.spark.rdd.RDD

@@ -2,10 +2,10 @@ package io.memphis.collected
 
 import scala.collection.mutable
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
+import io.memphis.cache.EvictionPolicy
+import io.memphis.conf.CacheStats
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, SourceFingerprint}
-import io.memphis.reuse.EvictionPolicy
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -36,7 +36,7 @@ final case class KeepRequest(id: String, key: LineageKey, owner: String, ordinal
 /**
  * The results of queries collected to the driver (`collect()`, `count()`: an action whose rows come
  * back through `executeCollect`) that later queries read instead of computing their subplan again;
- * one per [[io.memphis.LineageCache]] (per SparkContext). MEMPHIS reuses Spark actions' results on
+ * one per [[io.memphis.reuse.LineageCache]] (per SparkContext). MEMPHIS reuses Spark actions' results on
  * the driver in the same way.
  *
  * Kept at their first collect, since the rows are on the driver already and keeping them costs no
@@ -44,7 +44,7 @@ final case class KeepRequest(id: String, key: LineageKey, owner: String, ordinal
  * (deterministic, every source fingerprinted). A later query that holds a subplan of the same
  * lineage (same canonical forms, same source fingerprints taken afresh) reads the rows as a local
  * relation ([[CollectedResultRule]]). Bounded by the driver heap's budget less memphis's entries and
- * join broadcasts ([[io.memphis.MemoryAccounts]]); beyond it the one of least value per byte (the
+ * join broadcasts ([[io.memphis.reuse.MemoryAccounts]]); beyond it the one of least value per byte (the
  * collecting query's time × (1 + reads) / bytes) goes first, and under heap pressure by the same
  * order. A kept result over a source that a query reads with another fingerprint is let go.
  */

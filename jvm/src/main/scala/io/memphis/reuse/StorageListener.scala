@@ -1,7 +1,7 @@
 package io.memphis.reuse
 
-import io.memphis.{ConnectSessions, LineageCache}
 import io.memphis.cache.StorageTracking
+import io.memphis.conf.ConnectSessions
 import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
   SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd

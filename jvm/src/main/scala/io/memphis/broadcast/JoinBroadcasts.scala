@@ -1,10 +1,11 @@
-package io.memphis.reuse
+package io.memphis.broadcast
 
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, ConnectSessions}
-import io.memphis.CacheStats.Counter
+import io.memphis.cache.{Admission, EvictionPolicy, RecentRecurrence}
+import io.memphis.conf.{CacheStats, ConnectSessions}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
@@ -40,7 +41,7 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
  *
  * Kept on its second build, or on its first when the session's recent broadcasts recurred
  * ([[RecentRecurrence]]): a broadcast is held on the driver heap, which is not the place for one-off
- * build sides. Bounded by the driver heap's budget for join broadcasts ([[io.memphis.MemoryAccounts]],
+ * build sides. Bounded by the driver heap's budget for join broadcasts ([[io.memphis.reuse.MemoryAccounts]],
  * capped by `spark.memphis.broadcast.joinMaxBytes`); one larger than half of it is not kept, and
  * beyond it the one of least value per byte (build time × (1 + reads) / bytes) goes first. Letting go
  * unpersists, never destroys: a DataFrame that planned the broadcast (the query that built it, run

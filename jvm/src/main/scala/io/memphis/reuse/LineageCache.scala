@@ -1,13 +1,12 @@
-package io.memphis
+package io.memphis.reuse
 
 import scala.collection.mutable
 
-import io.memphis.CacheStats.Counter
-import io.memphis.LineageCache.Marks
-import io.memphis.cache.{EntryTable, Eviction, Executions, PendingObservation, QueryCandidates, QueryConf, ReuseActions,
-  ReusePolicy, SlowerQueries, SparkCache, StorageTracking}
+import io.memphis.cache.{CacheEntry, EntryState, EntryTable, Eviction, EvictionPolicy, Executions, HeapPressure, OwnerMark, PendingObservation, QueryCandidates, QueryConf, ReuseActions, ReusePolicy, SlowerQueries, SparkCache, StorageTracking}
+import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.{InlineCtes, LineageKey}
-import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy, OwnerMark, RetainShuffle, StorageListener}
+import io.memphis.reuse.LineageCache.Marks
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -38,11 +37,11 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private val table = new EntryTable(shareAcrossUsers, LineageCache.RecentAggregates)
   private val spark = new SparkCache
 
-  /** Loop-carried subplans cut by local checkpoints (see [[io.memphis.checkpoint.CheckpointRule]]). */
+  /** Loop-carried subplans cut by local checkpoints (see [[io.memphis.reuse.CheckpointRule]]). */
   val checkpoints = new io.memphis.checkpoint.Checkpoints(sparkContext, stats, scoped, storageBudgetBytes)
 
   /** Broadcasts of joins that later queries read instead of building them again. */
-  val broadcasts = new io.memphis.reuse.JoinBroadcasts(sparkContext, stats, shareAcrossUsers)
+  val broadcasts = new io.memphis.broadcast.JoinBroadcasts(sparkContext, stats, shareAcrossUsers)
 
   /** Rows queries collected to the driver that later queries read instead of computing their subplan again. */
   val collected = new io.memphis.collected.CollectedResults(stats)

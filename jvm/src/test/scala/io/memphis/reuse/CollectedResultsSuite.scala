@@ -1,9 +1,11 @@
-package io.memphis.collected
+package io.memphis.reuse
 
 import java.nio.file.Files
 
-import io.memphis.{CacheStats, LineageCache, LocalSessions, MemphisConf}
-import io.memphis.CacheStats.Counter
+import io.memphis.LocalSessions
+import io.memphis.collected.{CollectedResult, CollectedResults, KeepRequest}
+import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, LocalContent}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
