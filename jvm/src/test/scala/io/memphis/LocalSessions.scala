@@ -1,6 +1,5 @@
 package io.memphis
 
-
 import io.memphis.conf.MemphisConf
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.memphis.SparkRuntime

@@ -1,6 +1,5 @@
 package io.memphis
 
-
 import io.memphis.conf.MemphisConf
 import org.scalatest.funsuite.AnyFunSuite
 

@@ -1,6 +1,5 @@
 package io.memphis
 
-
 import io.memphis.conf.CacheStats
 import io.memphis.reuse.LineageCache
 import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
