@@ -186,7 +186,7 @@ class CollectedResultsSuite extends AnyFunSuite with LocalSessions {
     KeepRequest(k.hash, k, "ada", Seq(0), Types, maxBytes, planned)
 
   test("kept results: same lineage and types only; bounded by their budget, least value per byte first") {
-    val results = new CollectedResults(new CacheStats)
+    val results = new CollectedResults(new CacheStats, (hash, _) => hash)
     val now = System.currentTimeMillis()
     results.offer(request(key("a"), planned = now - 5000), rows(10), budget = 1L << 20)
     results.offer(request(key("b"), planned = now - 10), rows(10), budget = 1L << 20)
