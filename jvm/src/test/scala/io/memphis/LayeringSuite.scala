@@ -13,7 +13,7 @@ import org.scalatest.funsuite.AnyFunSuite
  *  1. `io.memphis.lineage`: lineage keys.
  *  1. `io.memphis.cache`: the cache's own types (entries, eviction policy, admission, the entry table,
  *     the stores' trait) and the pieces that decide on entries.
- *  1. the stores: `checkpoint`, `collected`, `broadcast`, `durable`.
+ *  1. the stores: `checkpoint`, `collected`, `broadcasts`, `durable`.
  *  1. `io.memphis.reuse`: the Spark rules, plan nodes and listener, and `LineageCache`, the facade they share.
  *  1. `io.memphis`: the extension and its public faces.
  *
@@ -44,20 +44,20 @@ class LayeringSuite extends AnyFunSuite {
 
   test("the checker fails on a planted cycle, and counts chained package clauses as imports") {
     val planted = uses(Seq(
-      Source("collected/A.scala", "package io.memphis.collected\n\nobject A { val b = io.memphis.broadcast.B }\n"),
-      Source("broadcast/B.scala", "package io.memphis\npackage broadcast\n\n// PythonFacade, named in a comment, is not used\nobject B { def a = collected.A }\n"),
+      Source("collected/A.scala", "package io.memphis.collected\n\nobject A { val b = io.memphis.broadcasts.B }\n"),
+      Source("broadcasts/B.scala", "package io.memphis\npackage broadcasts\n\n// PythonFacade, named in a comment, is not used\nobject B { def a = collected.A }\n"),
       Source("checkpoint/C.scala", "package io.memphis\npackage checkpoint\n\nobject C { def facade = PythonFacade }\n"),
       Source("PythonFacade.scala", "package io.memphis\n\nobject PythonFacade\n")))
     assert(problems(planted, Layers, Set.empty) == Seq(
       "checkpoint/C.scala:4: io.memphis.checkpoint imports io.memphis, a higher layer",
-      "a cycle: io.memphis.broadcast -> io.memphis.collected (broadcast/B.scala:5) -> io.memphis.broadcast (collected/A.scala:3)"))
+      "a cycle: io.memphis.broadcasts -> io.memphis.collected (broadcasts/B.scala:5) -> io.memphis.broadcasts (collected/A.scala:3)"))
   }
 }
 
 /** Reads the packages main sources declare and import; finds upward imports and cycles between packages. */
 object Layering {
   val Layers: Seq[Set[String]] = Seq(Set("org.apache.spark.sql.memphis"), Set("io.memphis.conf"), Set("io.memphis.lineage"),
-    Set("io.memphis.cache"), Set("checkpoint", "collected", "broadcast", "durable").map("io.memphis." + _),
+    Set("io.memphis.cache"), Set("checkpoint", "collected", "broadcasts", "durable").map("io.memphis." + _),
     Set("io.memphis.reuse"), Set("io.memphis"))
 
   /**

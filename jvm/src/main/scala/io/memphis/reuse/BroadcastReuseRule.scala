@@ -4,7 +4,7 @@ import java.util.IdentityHashMap
 
 import scala.util.control.NonFatal
 
-import io.memphis.broadcast.{JoinBroadcasts, PlannedBroadcast}
+import io.memphis.broadcasts.{JoinBroadcasts, PlannedBroadcast}
 import io.memphis.conf.{CacheStats, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey

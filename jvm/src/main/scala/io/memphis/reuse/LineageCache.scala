@@ -1,6 +1,6 @@
 package io.memphis.reuse
 
-import io.memphis.broadcast.JoinBroadcasts
+import io.memphis.broadcasts.JoinBroadcasts
 import io.memphis.cache.{CacheEntry, EntryState, EntryTable, Eviction, Executions, HeapPressure, OwnerMark, PendingObservation,
   QueryCandidates, QueryConf, ReuseActions, ReusePolicy, SlowerQueries, SparkCache, SparkEvents, StorageTracking}
 import io.memphis.checkpoint.Checkpoints

@@ -1,6 +1,6 @@
 package io.memphis.reuse
 
-import io.memphis.broadcast.JoinBroadcasts
+import io.memphis.broadcasts.JoinBroadcasts
 import io.memphis.checkpoint.Checkpoints
 import io.memphis.collected.CollectedResults
 import io.memphis.conf.CacheStats

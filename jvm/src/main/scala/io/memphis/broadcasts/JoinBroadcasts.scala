@@ -1,4 +1,4 @@
-package io.memphis.broadcast
+package io.memphis.broadcasts
 
 import scala.collection.mutable
 import scala.util.control.NonFatal
