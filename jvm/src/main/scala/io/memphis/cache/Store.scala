@@ -11,8 +11,9 @@ import io.memphis.conf.CacheStats.Counter
  *
  * Lock order: the entry table's lock ([[EntryTable.locked]]) first; under it, one store's own
  * monitor at a time (Checkpoints', with CheckpointFiles' inside it; JoinBroadcasts'; CollectedResults';
- * DurableTier's, then DurableAdmission's), never the table's from under a store's (their budgets are
- * measured by the caller and handed in); Spark's CacheManager's lock last ([[SparkCache]]).
+ * DurableTier's, then DurableAdmission's), never the table's from under a store's (a budget a store
+ * measures itself reads the conf and Spark's executors, not the table); Spark's CacheManager's lock
+ * last ([[SparkCache]]). Listener threads take a store's monitor alone, without the table's.
  */
 trait Store[H] {
   /** Lets go of `held`, counted under `counter`. */
