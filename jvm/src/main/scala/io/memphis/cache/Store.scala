@@ -13,7 +13,7 @@ import io.memphis.conf.CacheStats.Counter
  * monitor at a time (Checkpoints', with CheckpointFiles' inside it; JoinBroadcasts'; CollectedResults';
  * DurableTier's, then DurableAdmission's), never the table's from under a store's (a budget a store
  * measures itself reads the conf and Spark's executors, not the table); Spark's CacheManager's lock
- * last ([[SparkCache]]). Listener threads take a store's monitor alone, without the table's.
+ * last ([[SparkCache]]). Outside the table's lock, a store's monitor is taken alone (the listener, the rules).
  */
 trait Store[H] {
   /** Lets go of `held`, counted under `counter`. */
