@@ -53,10 +53,10 @@ def test_entries_and_clear_cover_every_tier(spark, local_tier):
 
 def test_counters_come_from_the_jvm_cache(spark):
     jvm = spark._jvm
-    cache = jvm.io.memphis.LineageCache.forContext(spark._jsparkSession.sparkContext())
+    cache = jvm.io.memphis.reuse.LineageCache.forContext(spark._jsparkSession.sparkContext())
     before = memphis.stats(spark)["misses"]
     loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()  # the one spark.jars feeds
-    counters = (jvm.java.lang.Class.forName("io.memphis.CacheStats$Counter$", True, loader)
+    counters = (jvm.java.lang.Class.forName("io.memphis.conf.CacheStats$Counter$", True, loader)
                 .getField("MODULE$").get(None))
     cache.stats().add(counters.Misses(), 2)
     assert memphis.stats(spark)["misses"] == before + 2

@@ -14,7 +14,7 @@ from memphis.tiers.host import State
 
 
 def jvm_conf(spark):
-    return spark._jvm.io.memphis.MemphisConf
+    return spark._jvm.io.memphis.conf.MemphisConf
 
 
 def test_the_jars_conf_table_is_what_the_jvm_declares(spark):
@@ -54,13 +54,13 @@ def test_fractions_are_allowed_as_on_the_jvm(spark, text):
 @pytest.mark.parametrize("cost_ms, uses, size", [(250, 3, 1000), (250, 0, 1000), (7, 0, 0), (0, 5, 10), (1, 2, 3)])
 def test_the_eviction_score_is_the_jvms(spark, cost_ms, uses, size):
     assert value_per_byte(cost_ms, uses, size) == pytest.approx(
-        spark._jvm.io.memphis.reuse.EvictionPolicy.valuePerByte(cost_ms, uses, size))
+        spark._jvm.io.memphis.cache.EvictionPolicy.valuePerByte(cost_ms, uses, size))
 
 
 def test_the_host_tiers_score_is_the_jvms(spark):
     entry = Entry(key="k", item=None, opcode="op", state=State.CACHED, owner=0, cost_s=0.25, size=1000,
                   hits=2, misses=1)
-    assert entry.score == pytest.approx(spark._jvm.io.memphis.reuse.EvictionPolicy.valuePerByte(250, 3, 1000))
+    assert entry.score == pytest.approx(spark._jvm.io.memphis.cache.EvictionPolicy.valuePerByte(250, 3, 1000))
 
 
 def jvm_layout(spark):

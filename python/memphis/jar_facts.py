@@ -1,5 +1,5 @@
 """What a memphis jar says about itself, read from the jar file (no JVM needed): the table of
-``spark.memphis.*`` keys that ``io.memphis.MemphisConf`` declares (written into the jar by the
+``spark.memphis.*`` keys that ``io.memphis.conf.MemphisConf`` declares (written into the jar by the
 build), the durable tier's layout and the columns of the entries' tables (the JVM reads the same
 files), and what the jar is built for (Spark line, Scala version, oldest Java)."""
 import functools

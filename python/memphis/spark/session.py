@@ -153,9 +153,9 @@ def session(master: str = "local[*]", app_name: str = "memphis", **options):
         raise reason from None
 
 
-# The JVM's exceptions for a refused start (io.memphis.MemphisExceptions), by class name.
-_REJECTIONS = {"io.memphis.MemphisConfigException": MemphisConfigError,
-               "io.memphis.MemphisSetupException": MemphisSetupError}
+# The JVM's exceptions for a refused start (io.memphis.conf.MemphisExceptions), by class name.
+_REJECTIONS = {"io.memphis.conf.MemphisConfigException": MemphisConfigError,
+               "io.memphis.conf.MemphisSetupException": MemphisSetupError}
 
 
 def _memphis_rejection(error):

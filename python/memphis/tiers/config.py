@@ -1,6 +1,6 @@
 """Where the local tiers get their budgets: explicit configure(), else the active Spark session's confs.
 
-The confs are declared on the JVM side (io.memphis.MemphisConf); their defaults come from the table
+The confs are declared on the JVM side (io.memphis.conf.MemphisConf); their defaults come from the table
 the build writes into the jar (memphis.jar_facts), and values are parsed by the same rules (a test
 checks both sides agree), so a value the session accepts means the same here.
 """

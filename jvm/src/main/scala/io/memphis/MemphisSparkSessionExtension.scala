@@ -1,10 +1,9 @@
 package io.memphis
 
-import io.memphis.checkpoint.CheckpointRule
-import io.memphis.collected.{CollectedResultRule, KeepResultRule, KeepResultStrategy, SortCollectedRows}
-import io.memphis.durable.DurableReadRule
+import io.memphis.cache.RemoveOwnerMarks
+import io.memphis.conf.{MemphisConf, MemphisSetupException}
 import io.memphis.lineage.{InlineCtes, ServedSubplanStrategy}
-import io.memphis.reuse.{BroadcastReuseRule, RemoveOwnerMarks, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule}
+import io.memphis.reuse.{BroadcastReuseRule, CheckpointRule, CollectedResultRule, DurableReadRule, KeepResultRule, KeepResultStrategy, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule, SortCollectedRows}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.execution.ColumnarRule
 import org.apache.spark.sql.memphis.SparkRuntime

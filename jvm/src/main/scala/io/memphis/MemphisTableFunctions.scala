@@ -8,8 +8,10 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.util.GenericArrayData
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkRuntime
-import io.memphis.reuse.EvictionPolicy
-import org.apache.spark.sql.types.{ArrayType, BooleanType, DataType, IntegerType, LongType, StringType}
+import io.memphis.cache.EvictionPolicy
+import io.memphis.conf.{ConnectSessions, MemphisConf}
+import io.memphis.reuse.LineageCache
+import org.apache.spark.sql.types.{ArrayType, BooleanType, DataType, DoubleType, IntegerType, LongType, StringType}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**

@@ -2,7 +2,9 @@ package io.memphis
 
 import scala.util.control.NonFatal
 
+import io.memphis.conf.{CacheStats, MemphisConf}
 import io.memphis.lineage.{InlineCtes, LineageKey}
+import io.memphis.reuse.{LineageCache, StatsRows}
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
@@ -22,7 +24,7 @@ object PythonFacade {
    */
   def statsRows(session: SparkSession): Seq[(String, Long)] = {
     SparkRuntime.awaitListeners(session.sparkContext, StatsListenerWaitMs)
-    LineageCache.forContext(session.sparkContext).statsRows(SparkShimImpl.sqlConf(session))
+    StatsRows.of(LineageCache.forContext(session.sparkContext), SparkShimImpl.sqlConf(session))
   }
 
   /** [[statsRows]] as a flat JSON object of numbers. */

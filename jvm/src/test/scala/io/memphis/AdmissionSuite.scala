@@ -1,6 +1,8 @@
 package io.memphis
 
-import io.memphis.reuse.{Admission, CacheEntry, EntryState}
+import io.memphis.cache.{Admission, CacheEntry, EntryState}
+import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.reuse.LineageCache
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical.{Join, LogicalPlan}
@@ -92,10 +94,10 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
     val entry = held.head
     val consumer = entry.consumers.head
     // As the listener reports them: the query took 100 ms on its own, 5 s reading the entry.
-    cache.executionPlanned(-10, consumer, 0, Set.empty)
-    cache.executionEnded(-10, 100, failed = false)
-    cache.executionPlanned(-11, consumer, 0, Set(entry))
-    cache.executionEnded(-11, 5000, failed = false)
+    cache.events.executionPlanned(-10, consumer, 0, Set.empty)
+    cache.events.executionEnded(-10, 100, failed = false)
+    cache.events.executionPlanned(-11, consumer, 0, Set(entry))
+    cache.events.executionEnded(-11, 5000, failed = false)
     assert(cache.stats.get(CacheStats.Counter.RefusedSlower) == 1)
     assert(entry.state == EntryState.Evicted && entry.reason.contains("not persisted again"), entry.reason)
     val hits = cache.stats.get(CacheStats.Counter.Hits)

@@ -4,9 +4,9 @@ import java.nio.file.{Files, Path}
 
 import scala.collection.mutable
 
-import io.memphis.cache.Executions
+import io.memphis.cache.{CacheEntry, EntryState, EvictionPolicy, Executions}
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy}
+import io.memphis.reuse.LineageCache
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.execution.columnar.InMemoryRelation
@@ -74,7 +74,7 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
 
   /** Runs one sequence of operations from an empty cache, checking the invariants after each. */
   private def run(ops: Seq[Op]): Unit = {
-    cache.clear(spark)
+    cache.releases.clear(spark)
     val dirs = Seq(Files.createTempDirectory("memphis-states-0"), Files.createTempDirectory("memphis-states-1"))
     dirs.foreach(writeFile(_, 20))
     val plans = queries(dirs(0), dirs(1))
@@ -104,7 +104,7 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
             val r = e.relation.get
             val built = r.rddId.map(_ -> r.partitions).orElse(CacheTestShim.buildCachedRdd(spark, r.plan))
             built.foreach { case (rdd, partitions) =>
-              (0 until partitions).foreach(p => cache.blockUpdated(rdd, p, isStored = true, bytes, Executors(executor)))
+              (0 until partitions).foreach(p => cache.events.blockUpdated(rdd, p, isStored = true, bytes, Executors(executor)))
             }
             // Over the budget only while eviction waits: for the next to go to be read no more, or
             // for entries still being filled.
@@ -114,20 +114,20 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
           }
         case LosePartition(i) =>
           pick(held(EntryState.Materialized), i).foreach(e =>
-            cache.blockUpdated(e.relation.get.rddId.get, i % e.relation.get.partitions, isStored = false, 0, Executors(i % Executors.size)))
-        case LoseExecutor(x) => cache.executorRemoved(Executors(x))
+            cache.events.blockUpdated(e.relation.get.rddId.get, i % e.relation.get.partitions, isStored = false, 0, Executors(i % Executors.size)))
+        case LoseExecutor(x) => cache.events.executorRemoved(Executors(x))
         case ReadStart(i) =>
           pick(cache.entryRows(identity).filter(_.relation.exists(_.rddId.isDefined)), i).foreach { e =>
             nextReader += 1
             readers += nextReader
             val r = e.relation.get
-            cache.jobStarted(nextReader.toInt, Some(nextReader), Seq(r.rddId.get -> s"In-memory table ${r.name}"))
+            cache.events.jobStarted(nextReader.toInt, Some(nextReader), Seq(r.rddId.get -> s"In-memory table ${r.name}"))
           }
-        case ReadEnd => if (readers.nonEmpty) cache.readerEnded(readers.dequeue())
+        case ReadEnd => if (readers.nonEmpty) cache.events.readerEnded(readers.dequeue())
         case SetBudget(bytes) => spark.conf.set("spark.memphis.storage.maxBytes", bytes.toString)
         case ChangeSource(d) => writeFile(dirs(d), 3)
-        case UnpersistOutside(i) => pick(cache.entryRows(identity).filter(_.relation.exists(_.rddId.isDefined)), i).foreach(e => cache.rddUnpersisted(e.relation.get.rddId.get))
-        case ReleaseAll => cache.releaseAll(spark, "memphis turned off")
+        case UnpersistOutside(i) => pick(cache.entryRows(identity).filter(_.relation.exists(_.rddId.isDefined)), i).foreach(e => cache.events.rddUnpersisted(e.relation.get.rddId.get))
+        case ReleaseAll => cache.releases.releaseAll(spark, "memphis turned off")
       }
       val after = states
       after.foreach { case (e, to) =>
@@ -142,7 +142,7 @@ class CacheStatePropertySuite extends AnyFunSuite with BeforeAndAfterAll with Sc
       }
       assert(cache.heldBytes == after.collect { case (e, s) if EntryState.Holding.contains(s) => e.sizeBytes }.sum)
     }
-    readers.foreach(cache.readerEnded)
+    readers.foreach(cache.events.readerEnded)
   }
 
   test("random sequences of operations keep the cache's state machine and budget") {

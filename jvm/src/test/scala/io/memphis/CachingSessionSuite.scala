@@ -4,14 +4,15 @@ import java.nio.file.Files
 import java.util.concurrent.{Callable, ConcurrentHashMap, Executors, TimeUnit}
 import java.util.concurrent.atomic.AtomicBoolean
 
-import io.memphis.CacheStats.Counter
+import io.memphis.conf.CacheStats.Counter
+import io.memphis.reuse.LineageCache
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.functions.{col, count, sum}
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
- * memphis persists on a kept clone of the user's session ([[io.memphis.reuse.CachingSession]]):
+ * memphis persists on a kept clone of the user's session ([[io.memphis.cache.CachingSession]]):
  * the confs Spark's CacheManager wants for a cached plan are set there, never on the user's
  * session, which other threads read meanwhile.
  */

@@ -1,5 +1,6 @@
 package io.memphis
 
+import io.memphis.conf.MemphisConf
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.memphis.SparkRuntime
 import org.scalatest.{BeforeAndAfterEach, Suite}

@@ -1,5 +1,6 @@
 package io.memphis
 
+import io.memphis.conf.MemphisConf
 import org.scalatest.funsuite.AnyFunSuite
 
 class MemphisConfSuite extends AnyFunSuite {

@@ -3,6 +3,8 @@ package io.memphis
 import java.nio.file.Files
 
 import io.memphis.cache.Executions
+import io.memphis.conf.CacheStats
+import io.memphis.reuse.LineageCache
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.functions.{col, sum}
 import org.apache.spark.sql.memphis.SparkRuntime

@@ -3,7 +3,8 @@ package io.memphis
 import java.nio.file.Files
 import java.security.PrivilegedExceptionAction
 
-import io.memphis.CacheStats.Counter
+import io.memphis.conf.CacheStats.Counter
+import io.memphis.reuse.LineageCache
 import org.apache.hadoop.security.UserGroupInformation
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext

@@ -5,7 +5,6 @@ import java.util.concurrent.atomic.AtomicLong
 import scala.collection.mutable
 
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.{CacheEntry, EntryState, RecentRecurrence}
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.memphis.PhysicalPlans
 

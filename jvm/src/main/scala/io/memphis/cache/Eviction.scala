@@ -1,9 +1,8 @@
 package io.memphis.cache
 
-import io.memphis.{CacheStats, MemphisConf}
-import io.memphis.CacheStats.Counter
+import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, SourceFingerprint}
-import io.memphis.reuse.{CacheEntry, EntryState, EvictionPolicy}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf

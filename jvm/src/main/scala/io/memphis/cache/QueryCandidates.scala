@@ -5,8 +5,8 @@ import java.util.IdentityHashMap
 import scala.collection.mutable
 
 import io.memphis.cache.ReusePolicy.{Candidate, Past}
-import io.memphis.lineage.{LineageKey, ServedSubplan}
-import io.memphis.reuse.{CacheEntry, EntryState, OwnerMark}
+import io.memphis.conf.MemphisConf
+import io.memphis.lineage.{InlineCtes, LineageKey, ServedSubplan}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{OuterReference, PythonUDF, SubqueryExpression}
 import org.apache.spark.sql.catalyst.plans.logical._
@@ -117,6 +117,20 @@ object QueryCandidates {
   // Python operators by name: their classes moved between Spark versions.
   private val PythonOperators = Set("MapInPandas", "MapInArrow", "FlatMapGroupsInPandas", "FlatMapGroupsInArrow",
     "FlatMapCoGroupsInPandas", "FlatMapCoGroupsInArrow", "ArrowEvalPython", "BatchEvalPython")
+
+  /**
+   * The candidate subplans of `analyzed` (its WITH clauses inlined) with a key, root first: (key, the keys of the candidate
+   * subplans that contain it). What is worth sharing between queries submitted together.
+   */
+  def candidateKeys(session: SparkSession, analyzed: LogicalPlan): Seq[(LineageKey, Seq[String])] = {
+    val plan = InlineCtes.inlined(analyzed)
+    val found = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).collect {
+      case (subplan, Right(key)) if isCandidate(subplan, plan) => key
+    }
+    val hashes = mutable.Set.empty[String]
+    val keyed = found.filter(k => hashes.add(k.hash))
+    keyed.map(k => k -> keyed.filter(o => (o ne k) && o.contains(k.hash)).map(_.hash))
+  }
 
   /**
    * Subplans worth keeping: rooted at an expensive operator, or a query's root over one. Scans of

@@ -2,11 +2,10 @@ package io.memphis.cache
 
 import scala.collection.mutable
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
 import io.memphis.cache.ReusePolicy.{Decisions, Observation}
+import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.{Admission, CacheEntry, CachedRelation, EntryState}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf
@@ -110,8 +109,44 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
   }
 
   /**
+   * The outermost subplans of `query`'s subqueries (IN, EXISTS, scalar; not their correlated
+   * parts) for which Spark holds one of the user's entries: served there too, as in the query's
+   * own plan, and counted as hits when the query runs. Nothing in a subquery counts as a first
+   * occurrence or is persisted: the policy decides on the query's own plan.
+   */
+  def servedInSubqueries(session: SparkSession, query: QueryCandidates, executing: Boolean): Seq[LogicalPlan] = {
+    val subqueries = if (table.holdsAny) QueryCandidates.subqueryPlans(query.plan) else Nil
+    if (subqueries.isEmpty) Nil
+    else {
+      val context = MemphisConf.keyContext(session)
+      subqueries.flatMap { sub =>
+        val keys = new java.util.IdentityHashMap[LogicalPlan, LineageKey.Result]()
+        LineageKey.ofSubplans(sub, context).foreach { case (p, r) => keys.put(p, r) }
+        def held(p: LogicalPlan): Option[CacheEntry] = Option(keys.get(p)).flatMap(_.toOption)
+          .filter(_ => QueryCandidates.isCandidate(p, sub) && !QueryCandidates.correlated(p))
+          .flatMap(k => table.get(table.scoped(k.hash, query.user)).filter(_.key.sameLineage(k)))
+          .filter(e => EntryState.Holding.contains(e.state) && spark.relationName(session,
+            QueryCandidates.owned(p, query.user, java.util.Collections.emptySet(), table.shared))
+            .contains(e.relation.map(_.name)))
+        def walk(p: LogicalPlan): Seq[LogicalPlan] = held(p) match {
+          case Some(e) =>
+            if (executing) {
+              e.addConsumer(query.consumer)
+              e.occurrences += 1
+              e.lastAccess = System.currentTimeMillis()
+              hit(e)
+            }
+            Seq(p)
+          case None => p.children.flatMap(walk)
+        }
+        table.locked(walk(sub))
+      }
+    }
+  }
+
+  /**
    * Persists `user`'s `subplan` (key `key`) now, before its first occurrence (see
-   * [[io.memphis.LineageCache.persistShared]]); says whether memphis holds it now.
+   * [[io.memphis.reuse.LineageCache.persistShared]]); says whether memphis holds it now.
    */
   def persistShared(session: SparkSession, user: String, subplan: LogicalPlan, key: LineageKey,
       reason: String, conf: SQLConf): Boolean = table.locked {

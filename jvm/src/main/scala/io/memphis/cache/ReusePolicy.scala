@@ -2,8 +2,6 @@ package io.memphis.cache
 
 import scala.collection.mutable
 
-import io.memphis.reuse.{EntryState, RecentRecurrence}
-
 /**
  * What memphis does with one query's candidate subplans, as a function of plain values: the
  * candidates (outermost first, as the plan is walked) and what the cache knew before the query.

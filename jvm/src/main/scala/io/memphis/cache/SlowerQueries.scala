@@ -2,10 +2,8 @@ package io.memphis.cache
 
 import scala.collection.mutable
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
-import io.memphis.reuse.{CacheEntry, EntryState}
-
+import io.memphis.conf.CacheStats
+import io.memphis.conf.CacheStats.Counter
 /**
  * The guard on queries memphis made slower: per query (consumer), how long it takes when memphis
  * serves and persists nothing for it, and, when it reads or fills entries, whether it took much

@@ -1,6 +1,6 @@
 package io.memphis.cache
 
-import io.memphis.reuse.{CachingSession, ReuseRule, ShuffleReuseRule}
+import io.memphis.reuse.{ReuseRule, ShuffleReuseRule}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.execution.SparkPlan

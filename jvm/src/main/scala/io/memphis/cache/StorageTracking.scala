@@ -2,9 +2,8 @@ package io.memphis.cache
 
 import scala.collection.mutable
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
-import io.memphis.reuse.{CacheEntry, EntryState}
+import io.memphis.conf.CacheStats
+import io.memphis.conf.CacheStats.Counter
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan

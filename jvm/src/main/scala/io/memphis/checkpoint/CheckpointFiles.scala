@@ -6,8 +6,8 @@ import java.util.UUID
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
+import io.memphis.conf.CacheStats
+import io.memphis.conf.CacheStats.Counter
 import org.apache.spark.SparkContext
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path

@@ -4,8 +4,9 @@ import java.util.IdentityHashMap
 
 import scala.collection.mutable
 
-import io.memphis.{CacheStats, ConnectSessions, MemphisConf}
-import io.memphis.CacheStats.Counter
+import io.memphis.cache.Store
+import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import org.apache.spark.SparkContext
 import org.apache.spark.rdd.RDD
@@ -50,7 +51,7 @@ final class Checkpoint(val id: String, val key: LineageKey, val relation: Logica
  * than the storage budget (the last iteration's speculative checkpoint is read by no one).
  */
 final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (String, String) => String,
-    storageBudgetBytes: SQLConf => Long) {
+    storageBudgetBytes: SQLConf => Long) extends Store[Checkpoint] {
   // Invariant: `registry` (id -> its checkpoint) and `seen` (ids) change only under this object's lock.
   private val registry = mutable.LinkedHashMap.empty[String, Checkpoint]
   private val seen = mutable.LinkedHashSet.empty[String]
@@ -197,26 +198,26 @@ final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (
   private def releaseSuperseded(): Unit = {
     val materialized = registry.values.filter(c => CheckpointRelations.isCheckpointed(c.rdd)).toSeq
     val superseded = materialized.flatMap(_.builtOn).filter(c => registry.get(c.id).exists(_ eq c)).distinct
-    superseded.foreach(c => release(c, s"superseded: a checkpoint built on it is materialized"))
+    superseded.foreach(c => release(c, Counter.CheckpointsReleased, s"superseded: a checkpoint built on it is materialized"))
     materialized.foreach(_.builtOn = Nil)
   }
 
   /** Forgets `c`; its blocks and files go when no plan references its RDD (see the class comment). */
-  private def release(c: Checkpoint, why: String): Unit = {
+  def release(c: Checkpoint, counter: Counter.Value, why: String): Unit = synchronized {
     registry.remove(c.id)
     c.folder.foreach(files.deleteWhenUnreachable(c.rdd, _))
-    stats.record(Counter.CheckpointsReleased, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
+    stats.record(counter, s"released checkpoint #${c.number} of ${c.key.hash}: $why")
   }
 
   /** Lets go of every checkpoint and forgets what was seen (`memphis.clear`, or memphis turned off). */
   def releaseAll(why: String): Unit = synchronized {
-    registry.values.toSeq.foreach(release(_, why))
+    registry.values.toSeq.foreach(release(_, Counter.CheckpointsReleased, why))
     seen.clear()
   }
 
   /** Lets go of `user`'s checkpoints (their last Spark Connect session closed). */
   def releaseOf(user: String, why: String): Unit = synchronized {
-    registry.values.filter(c => c.id == scoped(c.key.hash, user)).toSeq.foreach(release(_, why))
+    registry.values.filter(c => c.id == scoped(c.key.hash, user)).toSeq.foreach(release(_, Counter.CheckpointsReleased, why))
   }
 
   /** How many checkpoints are held now. */

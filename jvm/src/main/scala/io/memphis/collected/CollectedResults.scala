@@ -2,10 +2,10 @@ package io.memphis.collected
 
 import scala.collection.mutable
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
+import io.memphis.cache.{EvictionPolicy, Store}
+import io.memphis.conf.CacheStats
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, SourceFingerprint}
-import io.memphis.reuse.EvictionPolicy
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -36,7 +36,7 @@ final case class KeepRequest(id: String, key: LineageKey, owner: String, ordinal
 /**
  * The results of queries collected to the driver (`collect()`, `count()`: an action whose rows come
  * back through `executeCollect`) that later queries read instead of computing their subplan again;
- * one per [[io.memphis.LineageCache]] (per SparkContext). MEMPHIS reuses Spark actions' results on
+ * one per [[io.memphis.reuse.LineageCache]] (per SparkContext). MEMPHIS reuses Spark actions' results on
  * the driver in the same way.
  *
  * Kept at their first collect, since the rows are on the driver already and keeping them costs no
@@ -44,11 +44,11 @@ final case class KeepRequest(id: String, key: LineageKey, owner: String, ordinal
  * (deterministic, every source fingerprinted). A later query that holds a subplan of the same
  * lineage (same canonical forms, same source fingerprints taken afresh) reads the rows as a local
  * relation ([[CollectedResultRule]]). Bounded by the driver heap's budget less memphis's entries and
- * join broadcasts ([[io.memphis.MemoryAccounts]]); beyond it the one of least value per byte (the
+ * join broadcasts ([[io.memphis.reuse.MemoryAccounts]]); beyond it the one of least value per byte (the
  * collecting query's time × (1 + reads) / bytes) goes first, and under heap pressure by the same
  * order. A kept result over a source that a query reads with another fingerprint is let go.
  */
-final class CollectedResults(stats: CacheStats) {
+final class CollectedResults(stats: CacheStats, scoped: (String, String) => String) extends Store[KeptResult] {
   // Invariant: `entries` (id -> kept result, least recently used first) changes only under this object's lock.
   private val entries = mutable.LinkedHashMap.empty[String, KeptResult]
 
@@ -88,7 +88,7 @@ final class CollectedResults(stats: CacheStats) {
     if (entries.nonEmpty) {
       val stale = SourceFingerprint.staleIn(plan, results)
       entries.values.filter(_.key.allSources.exists(stale)).toList
-        .foreach(release(_, "invalidated: a source it was computed from changed"))
+        .foreach(release(_, Counter.ResultsReleased, "invalidated: a source it was computed from changed"))
     }
   }
 
@@ -146,31 +146,31 @@ final class CollectedResults(stats: CacheStats) {
       stats.record(Counter.ResultsRefused, s"not kept: $why, ${r.bytes} bytes, more than the budget of $budget")
       None
     } else if (known.isEmpty) {
-      entries.get(r.id).foreach(release(_, "replaced by a newer result of the same key"))
+      entries.get(r.id).foreach(release(_, Counter.ResultsReleased, "replaced by a newer result of the same key"))
       entries(r.id) = r
       stats.record(Counter.ResultsKept, s"kept $why: ${r.bytes} bytes on the driver, for later queries that hold its subplan")
       val order = others.sortBy(o => (EvictionPolicy.valuePerByte(o.costMs, o.uses, o.bytes), o.lastUse))
       order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget)
-        .foreach(release(_, s"over the budget of $budget bytes (least value per byte)"))
+        .foreach(release(_, Counter.ResultsReleased, s"over the budget of $budget bytes (least value per byte)"))
       Some(r)
     } else None
   }
 
   /** Lets go of `r`, counted as released; the plans that read it keep their own copy of the rows. */
-  def release(r: KeptResult, why: String, counter: Counter.Value = Counter.ResultsReleased): Unit = synchronized {
+  def release(r: KeptResult, counter: Counter.Value, why: String): Unit = synchronized {
     if (entries.get(r.id).exists(_ eq r)) {
       entries.remove(r.id)
       stats.record(counter, s"released the kept result of ${r.key.hash}: $why")
     }
   }
 
-  /** Lets go of the results kept for one user (their last Spark Connect session closed): `idOf` names their entries. */
-  def releaseOf(idOf: LineageKey => String, why: String): Unit = synchronized {
-    entries.values.filter(r => r.id == idOf(r.key)).toList.foreach(release(_, why))
+  /** Lets go of the results kept for `user` (their last Spark Connect session closed). */
+  def releaseOf(user: String, why: String): Unit = synchronized {
+    entries.values.filter(r => r.id == scoped(r.key.hash, user)).toList.foreach(release(_, Counter.ResultsReleased, why))
   }
 
   /** Lets go of every kept result (`memphis.clear`, or memphis turned off). */
-  def releaseAll(why: String): Unit = synchronized(entries.values.toList.foreach(release(_, why)))
+  def releaseAll(why: String): Unit = synchronized(entries.values.toList.foreach(release(_, Counter.ResultsReleased, why)))
 }
 
 object CollectedResults {

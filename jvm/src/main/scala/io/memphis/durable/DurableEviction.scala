@@ -1,8 +1,8 @@
 package io.memphis.durable
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
-import io.memphis.reuse.EvictionPolicy
+import io.memphis.cache.EvictionPolicy
+import io.memphis.conf.CacheStats
+import io.memphis.conf.CacheStats.Counter
 import org.apache.hadoop.fs.{FileStatus, Path}
 
 /**

@@ -9,7 +9,7 @@ import java.util.UUID
 
 import scala.util.control.NonFatal
 
-import io.memphis.CacheStats
+import io.memphis.conf.CacheStats
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
 import org.apache.hadoop.fs.permission.FsPermission

@@ -6,12 +6,12 @@ import java.util.concurrent.atomic.AtomicInteger
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, MemphisConf}
-import io.memphis.CacheStats.Counter
+import io.memphis.cache.CacheEntry
 import io.memphis.checkpoint.CheckpointFiles
+import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.durable.Manifest.{Refused, Serve, Stale}
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.CacheEntry
 import org.apache.hadoop.fs.Path
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession

@@ -2,8 +2,8 @@ package io.memphis.durable
 
 import java.util.UUID
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
+import io.memphis.conf.CacheStats
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import io.memphis.reuse.ReuseRule
 import org.apache.hadoop.fs.Path

@@ -2,7 +2,7 @@ package io.memphis.lineage
 
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, MemphisConf}
+import io.memphis.conf.{CacheStats, MemphisConf}
 import org.apache.spark.sql.catalyst.optimizer.InlineCTE
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.rules.Rule

@@ -4,8 +4,9 @@ import java.util.IdentityHashMap
 
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, LineageCache, MemphisConf}
-import io.memphis.CacheStats.Counter
+import io.memphis.broadcasts.{JoinBroadcasts, PlannedBroadcast}
+import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.rules.Rule

@@ -1,6 +1,5 @@
 package io.memphis.reuse
 
-import io.memphis.LineageCache
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, SortOrder}

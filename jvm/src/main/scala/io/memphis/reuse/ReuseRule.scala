@@ -2,8 +2,8 @@ package io.memphis.reuse
 
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, LineageCache, MemphisConf}
-import io.memphis.cache.PendingObservation
+import io.memphis.cache.{OwnerMark, PendingObservation}
+import io.memphis.conf.{CacheStats, MemphisConf}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan

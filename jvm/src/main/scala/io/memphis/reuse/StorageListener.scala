@@ -1,7 +1,7 @@
 package io.memphis.reuse
 
-import io.memphis.{ConnectSessions, LineageCache}
 import io.memphis.cache.StorageTracking
+import io.memphis.conf.ConnectSessions
 import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
   SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
@@ -20,7 +20,7 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
     val info = event.blockUpdatedInfo
     info.blockId match {
       case RDDBlockId(rddId, split) =>
-        cache.blockUpdated(rddId, split, info.storageLevel.isValid, info.memSize + info.diskSize,
+        cache.events.blockUpdated(rddId, split, info.storageLevel.isValid, info.memSize + info.diskSize,
           info.blockManagerId.executorId)
       case _ =>
     }
@@ -29,26 +29,26 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
   override def onJobStart(event: SparkListenerJobStart): Unit = {
     val execution = Option(event.properties).flatMap(p => Option(p.getProperty("spark.sql.execution.id"))).map(_.toLong)
     val rdds = event.stageInfos.flatMap(_.rddInfos).filter(_.storageLevel.isValid).map(r => r.id -> r.name)
-    if (rdds.nonEmpty) cache.jobStarted(event.jobId, execution, rdds)
+    if (rdds.nonEmpty) cache.events.jobStarted(event.jobId, execution, rdds)
   }
 
-  override def onJobEnd(event: SparkListenerJobEnd): Unit = cache.readerEnded(StorageTracking.jobReader(event.jobId))
+  override def onJobEnd(event: SparkListenerJobEnd): Unit = cache.events.readerEnded(StorageTracking.jobReader(event.jobId))
 
   // A lost executor's blocks go without block updates. Its block manager's removal and its own
   // both say so (either may come alone); the second finds nothing left to drop.
-  override def onExecutorRemoved(event: SparkListenerExecutorRemoved): Unit = cache.executorRemoved(event.executorId)
+  override def onExecutorRemoved(event: SparkListenerExecutorRemoved): Unit = cache.events.executorRemoved(event.executorId)
 
   override def onBlockManagerRemoved(event: SparkListenerBlockManagerRemoved): Unit =
-    cache.executorRemoved(event.blockManagerId.executorId)
+    cache.events.executorRemoved(event.blockManagerId.executorId)
 
-  override def onUnpersistRDD(event: SparkListenerUnpersistRDD): Unit = cache.rddUnpersisted(event.rddId)
+  override def onUnpersistRDD(event: SparkListenerUnpersistRDD): Unit = cache.events.rddUnpersisted(event.rddId)
 
   override def onOtherEvent(event: SparkListenerEvent): Unit = event match {
     case end: SparkListenerSQLExecutionEnd =>
-      cache.readerEnded(end.executionId)
-      cache.executionEnded(end.executionId, end.time, PhysicalPlans.executionFailed(end))
+      cache.events.readerEnded(end.executionId)
+      cache.events.executionEnded(end.executionId, end.time, PhysicalPlans.executionFailed(end))
       cache.broadcasts.executionEnded(end)
       PhysicalPlans.normalizedPlan(end).foreach(cache.executed)
-    case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.connectSessionClosed(user, session) }
+    case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.releases.connectSessionClosed(user, session) }
   }
 }

@@ -2,7 +2,6 @@ package io.memphis.cache
 
 import io.memphis.cache.ReusePolicy.{Candidate, Past}
 import io.memphis.cache.ReusePolicy.Observation._
-import io.memphis.reuse.EntryState
 import org.apache.spark.sql.internal.SQLConf
 import org.scalatest.funsuite.AnyFunSuite
 

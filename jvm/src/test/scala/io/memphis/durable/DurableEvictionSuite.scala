@@ -3,8 +3,8 @@ package io.memphis.durable
 import java.io.File
 import java.nio.file.Files
 
-import io.memphis.CacheStats
-import io.memphis.CacheStats.Counter
+import io.memphis.conf.CacheStats
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, LocalContent}
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path

@@ -2,11 +2,11 @@ package io.memphis.lineage
 
 import java.nio.file.Files
 
-import io.memphis.LineageCache
-import io.memphis.CacheStats.Counter
+import io.memphis.conf.MemphisConf
+import io.memphis.conf.CacheStats.Counter
+import io.memphis.reuse.LineageCache
 import org.apache.spark.sql.{DataFrame, Dataset, SparkSession}
 import org.apache.spark.sql.functions.col
-import io.memphis.MemphisConf
 import org.apache.spark.sql.memphis.{CacheTestShim, SparkRuntime, SparkShimImpl}
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite

@@ -5,7 +5,8 @@ import java.nio.file.{Files, StandardCopyOption}
 
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.functions._
-import io.memphis.{MemphisConf, PythonFacade}
+import io.memphis.PythonFacade
+import io.memphis.conf.MemphisConf
 import org.apache.spark.sql.memphis.SparkShimImpl
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite

@@ -1,8 +1,9 @@
-package io.memphis.collected
+package io.memphis.reuse
 
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, LineageCache}
+import io.memphis.collected.KeepRequest
+import io.memphis.conf.CacheStats
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, SortOrder}

@@ -1,14 +1,14 @@
-package io.memphis.durable
+package io.memphis.reuse
 
 import java.util.IdentityHashMap
 
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, ConnectSessions, LineageCache, MemphisConf}
-import io.memphis.CacheStats.Counter
 import io.memphis.cache.{Executions, QueryCandidates}
+import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
+import io.memphis.durable.DurableResult
 import io.memphis.lineage.{LineageKey, StandsFor}
-import io.memphis.reuse.ReuseRule
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.{CollectMetrics, LeafNode, LogicalPlan}
 import org.apache.spark.sql.catalyst.rules.Rule

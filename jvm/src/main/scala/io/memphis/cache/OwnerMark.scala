@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.cache
 
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}

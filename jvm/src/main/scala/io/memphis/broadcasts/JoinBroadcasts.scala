@@ -1,10 +1,11 @@
-package io.memphis.reuse
+package io.memphis.broadcasts
 
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, ConnectSessions}
-import io.memphis.CacheStats.Counter
+import io.memphis.cache.{Admission, EvictionPolicy, RecentRecurrence, Store}
+import io.memphis.conf.{CacheStats, ConnectSessions}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
@@ -40,7 +41,7 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
  *
  * Kept on its second build, or on its first when the session's recent broadcasts recurred
  * ([[RecentRecurrence]]): a broadcast is held on the driver heap, which is not the place for one-off
- * build sides. Bounded by the driver heap's budget for join broadcasts ([[io.memphis.MemoryAccounts]],
+ * build sides. Bounded by the driver heap's budget for join broadcasts ([[io.memphis.reuse.MemoryAccounts]],
  * capped by `spark.memphis.broadcast.joinMaxBytes`); one larger than half of it is not kept, and
  * beyond it the one of least value per byte (build time × (1 + reads) / bytes) goes first. Letting go
  * unpersists, never destroys: a DataFrame that planned the broadcast (the query that built it, run
@@ -48,7 +49,8 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
  * fails such a read, where an unpersisted one is fetched from the driver again. Spark's
  * ContextCleaner destroys it once no plan references it, as it does for any query's broadcast.
  */
-final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareAcrossUsers: Boolean) {
+final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareAcrossUsers: Boolean)
+    extends Store[RetainedBroadcast] {
   // Invariant: `entries` ((identity, scope) -> entry, least recently used first), `expected`, `built`,
   // `recent` and `budget` change only under this object's lock.
   private val entries = mutable.LinkedHashMap.empty[(SparkPlan, String), RetainedBroadcast]
@@ -169,9 +171,9 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
     }
   }
 
-  /** Lets go of the broadcasts registered in `scope` (its user's last Spark Connect session closed). */
-  def releaseOf(scope: String, why: String): Unit = synchronized {
-    entries.values.filter(_.scope == scope).toList.foreach(release(_, Counter.BroadcastsReleased, why))
+  /** Lets go of the broadcasts registered in `user`'s scope (their last Spark Connect session closed). */
+  def releaseOf(user: String, why: String): Unit = synchronized {
+    entries.values.filter(_.scope == user).toList.foreach(release(_, Counter.BroadcastsReleased, why))
   }
 
   /** Lets go of every registered broadcast (`memphis.clear`, or memphis turned off). */

@@ -1,4 +1,4 @@
-package io.memphis
+package io.memphis.conf
 
 /**
  * What memphis throws when it refuses to start, by class, so that Python (and any other client)

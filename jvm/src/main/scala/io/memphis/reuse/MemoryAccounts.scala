@@ -1,5 +1,7 @@
-package io.memphis
+package io.memphis.reuse
 
+import io.memphis.cache.HeapPressure
+import io.memphis.conf.MemphisConf
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkRuntime
 

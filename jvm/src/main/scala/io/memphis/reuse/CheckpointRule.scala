@@ -1,9 +1,8 @@
-package io.memphis.checkpoint
+package io.memphis.reuse
 
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, LineageCache, MemphisConf}
-import io.memphis.reuse.ReuseRule
+import io.memphis.conf.{CacheStats, MemphisConf}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.rules.Rule

@@ -1,11 +1,13 @@
-package io.memphis
+package io.memphis.conf
 
 import java.util.Locale
 
 import scala.util.Try
 
+import io.memphis.cache.{CachedRelation, EvictionPolicy, OwnerMark}
+import io.memphis.checkpoint
 import io.memphis.lineage.KeyContext
-import io.memphis.reuse.{CachedRelation, OwnerMark, RetainShuffle, ReuseRule}
+import io.memphis.reuse.{RetainShuffle, ReuseRule}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf
@@ -77,10 +79,10 @@ object MemphisConf {
       "waits for reuse.minOccurrences.")(parseBoolean)
 
   val EvictionPolicyName: Entry[String] = Entry(
-    Prefix + "evictionPolicy", "costnsize", s"one of ${reuse.EvictionPolicy.Names.mkString(", ")}",
+    Prefix + "evictionPolicy", "costnsize", s"one of ${EvictionPolicy.Names.mkString(", ")}",
     "Which cached subplan goes first when memphis holds more than its budget: costnsize the lowest " +
       "measured cost x (1 + hits + misses) / size, lru the least recently used, dagheight the deepest subplan.")(
-    v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(reuse.EvictionPolicy.Names.contains))
+    v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(EvictionPolicy.Names.contains))
 
   val CheckpointMinHeight: Entry[Int] = Entry(
     Prefix + "checkpoint.minHeight", "40", "a whole number from 2 to 100000",

@@ -1,8 +1,8 @@
-package io.memphis.reuse
+package io.memphis.cache
 
 import scala.util.control.NonFatal
 
-import io.memphis.CacheStats.Counter
+import io.memphis.conf.CacheStats.Counter
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.optimizer.JoinSelectionHelper
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys

@@ -1,4 +1,4 @@
-package io.memphis
+package io.memphis.conf
 
 import java.nio.charset.StandardCharsets
 import java.nio.file.{Files, Paths}

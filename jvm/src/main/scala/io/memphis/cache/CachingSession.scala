@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.cache
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}

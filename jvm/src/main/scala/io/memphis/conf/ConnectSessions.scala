@@ -1,4 +1,4 @@
-package io.memphis
+package io.memphis.conf
 
 import java.util.{Collections, WeakHashMap}
 

@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.cache
 
 import scala.collection.mutable
 

@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.cache
 
 /**
  * Which materialized entry to let go of first when memphis holds more than its budget

@@ -1,10 +1,10 @@
-package io.memphis
+package io.memphis.conf
 
 import java.util.concurrent.atomic.AtomicLong
 
 import org.slf4j.{Logger, LoggerFactory}
 
-/** The decisions of a [[LineageCache]], as named counters safe to bump from any thread. */
+/** The decisions of a [[io.memphis.reuse.LineageCache]], as named counters safe to bump from any thread. */
 final class CacheStats {
   import CacheStats.Counter
 
@@ -29,7 +29,7 @@ final class CacheStats {
 
 object CacheStats {
   /** memphis's logger (named after the lineage cache, as users configure it). */
-  val log: Logger = LoggerFactory.getLogger(classOf[LineageCache])
+  val log: Logger = LoggerFactory.getLogger("io.memphis.LineageCache") // the name its log lines have always had
 
   /** Names are the public ones: SQL `memphis_stats()` rows and `memphis.stats()` keys. */
   object Counter extends Enumeration {

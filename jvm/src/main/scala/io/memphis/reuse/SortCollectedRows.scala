@@ -1,6 +1,7 @@
-package io.memphis.collected
+package io.memphis.reuse
 
-import io.memphis.CacheStats
+import io.memphis.collected.CollectedResult
+import io.memphis.conf.CacheStats
 import org.apache.spark.sql.catalyst.expressions.{AttributeReference, InterpretedOrdering, SortOrder, Unevaluable}
 import org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Sort}

@@ -1,7 +1,7 @@
-package io.memphis.collected
+package io.memphis.reuse
 
+import io.memphis.collected.KeepRequest
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.ReuseRule
 import org.apache.spark.sql.catalyst.expressions.ExprId
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.rules.Rule
@@ -31,10 +31,10 @@ object KeepResultRule {
   private val pending = new ThreadLocal[(Seq[ExprId], KeepRequest)]
 
   /** The rows of the query being normalized on this thread, whose output is `output`, are to be kept for `request`. */
-  private[collected] def expect(output: Seq[ExprId], request: KeepRequest): Unit = pending.set(output -> request)
+  private[reuse] def expect(output: Seq[ExprId], request: KeepRequest): Unit = pending.set(output -> request)
 
   /** Drops a request left on this thread. */
-  private[collected] def forget(): Unit = pending.remove()
+  private[reuse] def forget(): Unit = pending.remove()
 
   private def take(output: Seq[ExprId]): Option[KeepRequest] = {
     val request = Option(pending.get())

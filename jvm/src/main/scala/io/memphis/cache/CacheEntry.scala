@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.cache
 
 import scala.collection.mutable
 
@@ -83,7 +83,7 @@ final class CacheEntry(val id: String, val key: LineageKey, val owner: String, n
    * Why it is never persisted (again), with the counter of that decision: refused on admission
    * ([[Admission]]), larger than the whole budget once stored, or it made a query slower.
    */
-  var refusal: Option[(io.memphis.CacheStats.Counter.Value, String)] = None
+  var refusal: Option[(io.memphis.conf.CacheStats.Counter.Value, String)] = None
   /** Its output as [[Admission]] estimated it, once admitted. */
   var estimatedBytes: Option[BigInt] = None
   /**

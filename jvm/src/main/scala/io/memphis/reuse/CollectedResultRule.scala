@@ -1,14 +1,14 @@
-package io.memphis.collected
+package io.memphis.reuse
 
 import java.util.IdentityHashMap
 
 import scala.util.control.NonFatal
 
-import io.memphis.{CacheStats, ConnectSessions, LineageCache, MemphisConf}
-import io.memphis.CacheStats.Counter
 import io.memphis.cache.{Executions, QueryCandidates}
+import io.memphis.collected.{CollectedResult, KeepRequest, KeptResult}
+import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.ReuseRule
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, ExprId, SubqueryExpression}
 import org.apache.spark.sql.catalyst.plans.logical._
@@ -166,7 +166,7 @@ object CollectedResultRule {
    * columns in the returned rows: down through orderings, names, repartitioning and projections
    * that keep every column of their child. None when that subplan is a leaf or has no columns.
    */
-  private[collected] def rowsOf(plan: LogicalPlan): Option[(LogicalPlan, Seq[Int])] = {
+  private[reuse] def rowsOf(plan: LogicalPlan): Option[(LogicalPlan, Seq[Int])] = {
     def positions(attrs: Seq[Attribute]): Map[ExprId, Int] =
       attrs.zipWithIndex.reverse.map { case (a, i) => a.exprId -> i }.toMap
     @scala.annotation.tailrec

@@ -1,5 +1,6 @@
-package io.memphis
+package io.memphis.cache
 
+import io.memphis.conf.CacheStats
 import java.lang.management.{ManagementFactory, MemoryNotificationInfo, MemoryPoolMXBean, MemoryType}
 import javax.management.{Notification, NotificationEmitter, NotificationListener}
 

@@ -1,9 +1,11 @@
-package io.memphis.collected
+package io.memphis.reuse
 
 import java.nio.file.Files
 
-import io.memphis.{CacheStats, LineageCache, LocalSessions, MemphisConf}
-import io.memphis.CacheStats.Counter
+import io.memphis.LocalSessions
+import io.memphis.collected.{CollectedResult, CollectedResults, KeepRequest}
+import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, LocalContent}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
@@ -184,7 +186,7 @@ class CollectedResultsSuite extends AnyFunSuite with LocalSessions {
     KeepRequest(k.hash, k, "ada", Seq(0), Types, maxBytes, planned)
 
   test("kept results: same lineage and types only; bounded by their budget, least value per byte first") {
-    val results = new CollectedResults(new CacheStats)
+    val results = new CollectedResults(new CacheStats, (hash, _) => hash)
     val now = System.currentTimeMillis()
     results.offer(request(key("a"), planned = now - 5000), rows(10), budget = 1L << 20)
     results.offer(request(key("b"), planned = now - 10), rows(10), budget = 1L << 20)
