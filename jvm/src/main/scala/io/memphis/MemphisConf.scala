@@ -5,7 +5,7 @@ import java.util.Locale
 import scala.util.Try
 
 import io.memphis.lineage.KeyContext
-import io.memphis.reuse.{CachedRelation, OwnerMark, RetainShuffle, ReuseRule}
+import io.memphis.reuse.{CachedRelation, OwnerMark, QueryContext, RetainShuffle}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf
@@ -190,7 +190,7 @@ object MemphisConf {
    */
   private def userCaches(session: SparkSession): Option[LogicalPlan => Option[LogicalPlan]] =
     if (!SparkRuntime.holdsCachedOtherThan(session, CachedRelation.NamePrefix)) None
-    else Some(plan => ReuseRule.suspended(SparkShimImpl.lookupCachedData(session, plan))
+    else Some(plan => QueryContext.suspended(SparkShimImpl.lookupCachedData(session, plan))
       .filterNot(_.cachedRepresentation.cacheBuilder.tableName.exists(_.startsWith(CachedRelation.NamePrefix)))
       .map(cached => RetainShuffle.strip(OwnerMark.strip(cached.plan))))
 
