@@ -1,6 +1,6 @@
 package io.memphis.cache
 
-import io.memphis.reuse.{CachingSession, QueryContext, ShuffleReuseRule}
+import io.memphis.reuse.{CachingSession, QueryContext, ShuffleOffer}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.execution.SparkPlan
@@ -22,8 +22,8 @@ final class SparkCache {
    * (kept by its first occurrence) are on offer to its planning, and `reused` is told how many it read.
    */
   def cache(session: SparkSession, plan: LogicalPlan, name: String, shuffles: Seq[SparkPlan], reused: Int => Unit): Unit =
-    QueryContext.suspended(ShuffleReuseRule.offering(shuffles, reused)(
-      SparkShimImpl.cacheQuery(caching.of(session), plan, Some(name), StorageLevel.MEMORY_AND_DISK)))
+    QueryContext.suspended(
+      SparkShimImpl.cacheQuery(caching.of(session), ShuffleOffer(shuffles, reused, plan), Some(name), StorageLevel.MEMORY_AND_DISK))
 
   def uncache(session: SparkSession, plan: LogicalPlan): Unit = QueryContext.suspended(SparkShimImpl.uncacheQuery(session, plan))
 
