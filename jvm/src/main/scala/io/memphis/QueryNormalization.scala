@@ -6,7 +6,7 @@ import io.memphis.checkpoint.CheckpointRule
 import io.memphis.collected.{CollectedResultRule, KeepResultRule}
 import io.memphis.durable.DurableReadRule
 import io.memphis.lineage.InlineCtes
-import io.memphis.reuse.{OwnerMark, QueryContext, ReuseRule}
+import io.memphis.reuse.{OwnerMark, QueryContext, ReuseRule, ShuffleOffer}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.{Command, LogicalPlan}
 import org.apache.spark.sql.catalyst.rules.Rule
@@ -18,7 +18,8 @@ import org.apache.spark.sql.internal.SQLConf
  * there, in this order, each on the plan the one before left:
  *
  *  1. [[InlineCtes]]: WITH clauses inlined as the optimizer will, so that every subplan is a
- *     computation of its own (also for memphis's own calls, whose plans Spark stores and matches);
+ *     computation of its own (in memphis's own calls too: Spark stores and matches their plans as
+ *     it does the user's);
  *  1. [[CollectedResultRule]]: subplans read from rows earlier queries collected, and whether this
  *     query's rows are to be kept;
  *  1. [[DurableReadRule]]: subplans read from the durable tier;
@@ -35,15 +36,21 @@ import org.apache.spark.sql.internal.SQLConf
 final class QueryNormalization(session: SparkSession) extends Rule[LogicalPlan] {
   import QueryNormalization.guarded
 
-  override def apply(plan: LogicalPlan): LogicalPlan =
-    if (!MemphisConf.Enabled.get(SQLConf.get)) {
-      if (!QueryContext.isSuspended && !plan.isInstanceOf[OwnerMark])
-        guarded((), "skipped reuse")(ReuseRule.release(session, "spark.memphis.enabled is false"))
-      plan
-    } else {
-      val inlined = InlineCtes.inlined(plan)
-      if (QueryContext.isSuspended) inlined else phases(new QueryContext(session), inlined)
+  override def apply(plan: LogicalPlan): LogicalPlan = {
+    val enabled = MemphisConf.Enabled.get(SQLConf.get)
+    if (QueryContext.isSuspended) { if (enabled) InlineCtes.inlined(plan) else plan }
+    else {
+      // Outside memphis's own calls, an offer at the root is Spark's CacheManager caching memphis's
+      // plan again (after a write to a source): the offer was taken when memphis cached it.
+      val query = ShuffleOffer.strip(plan)
+      if (enabled) phases(new QueryContext(session), InlineCtes.inlined(query))
+      else {
+        if (!query.isInstanceOf[OwnerMark])
+          guarded((), "skipped reuse")(ReuseRule.release(session, "spark.memphis.enabled is false"))
+        query
+      }
     }
+  }
 
   private def phases(query: QueryContext, plan: LogicalPlan): LogicalPlan = {
     val unserved: (LogicalPlan, Option[KeepResultRule.Asked]) = (plan, None)

@@ -60,7 +60,8 @@ final class ShuffleReuseRule(asQueryStage: Boolean) extends Rule[SparkPlan] {
  * CacheManager matches the cached plan as if it were not there.
  *
  * The CacheManager keeps the plan, node included, and plans it again on a re-cache (after a write to
- * a source): the offer is taken once, so that a re-cache computes afresh, as it must.
+ * a source): the offer is taken once, so that a re-cache computes afresh, as it must, and memphis's
+ * normalization drops the node there ([[io.memphis.QueryNormalization]]).
  */
 final case class ShuffleOffer(offer: ShuffleOffer.Offer, child: LogicalPlan) extends UnaryNode {
   override def output: Seq[Attribute] = child.output
@@ -78,6 +79,12 @@ object ShuffleOffer {
 
     /** The shuffles, the first time; after that None (and they are no longer held here). */
     def take(): Option[Seq[SparkPlan]] = Option(left.getAndSet(null))
+  }
+
+  /** `plan` without the offer at its root. */
+  def strip(plan: LogicalPlan): LogicalPlan = plan match {
+    case ShuffleOffer(_, child) => child
+    case _ => plan
   }
 
   /** `plan` under the offer of `shuffles` (as it is when none are kept). */
