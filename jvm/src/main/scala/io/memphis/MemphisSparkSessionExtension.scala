@@ -2,8 +2,8 @@ package io.memphis
 
 import io.memphis.cache.RemoveOwnerMarks
 import io.memphis.conf.{MemphisConf, MemphisSetupException}
-import io.memphis.lineage.{InlineCtes, ServedSubplanStrategy}
-import io.memphis.reuse.{BroadcastReuseRule, CheckpointRule, CollectedResultRule, DurableReadRule, KeepResultRule, KeepResultStrategy, RetainShuffleStrategy, ReuseRule, ShuffleReuseRule, SortCollectedRows}
+import io.memphis.lineage.ServedSubplanStrategy
+import io.memphis.reuse.{BroadcastReuseRule, KeepResultStrategy, RetainShuffleStrategy, ShuffleReuseRule, SortCollectedRows}
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.execution.ColumnarRule
 import org.apache.spark.sql.memphis.SparkRuntime
@@ -21,16 +21,8 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     MemphisConf.register()
     SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
     MemphisTableFunctions.all.foreach(extensions.injectTableFunction)
-    // Normalization rules run in this order: WITH clauses inlined as the optimizer will (so that every
-    // subplan is a computation of its own), collected results served, then durable results, then
-    // the checkpoint cut, so that reuse decides on the plan they left; the mark that keeps this query's
-    // collected rows last.
-    extensions.injectPlanNormalizationRule(_ => new InlineCtes)
-    extensions.injectPlanNormalizationRule(session => new CollectedResultRule(session))
-    extensions.injectPlanNormalizationRule(session => new DurableReadRule(session))
-    extensions.injectPlanNormalizationRule(session => new CheckpointRule(session))
-    extensions.injectPlanNormalizationRule(session => new ReuseRule(session))
-    extensions.injectPlanNormalizationRule(_ => new KeepResultRule)
+    // One plan-normalization rule runs memphis's phases on each query, in the order it writes down.
+    extensions.injectPlanNormalizationRule(session => new QueryNormalization(session))
     extensions.injectPlannerStrategy(_ => ServedSubplanStrategy)
     extensions.injectPlannerStrategy(_ => KeepResultStrategy)
     extensions.injectOptimizerRule(_ => RemoveOwnerMarks)

@@ -58,10 +58,13 @@ final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (
   private var made = 0L
   private val files = new CheckpointFiles(sparkContext, stats)
 
-  /** The plan to run for `plan`: itself when shallow or when nothing in it is loop-carried. */
-  def cut(session: SparkSession, plan: LogicalPlan): LogicalPlan = {
+  /**
+   * The plan to run for `plan`: itself when shallow or when nothing in it is loop-carried. `keys`
+   * (its subplans' keys) are asked for only when it is deep.
+   */
+  def cut(session: SparkSession, plan: LogicalPlan, keys: => Seq[(LogicalPlan, LineageKey.Result)]): LogicalPlan = {
     files.deleteUnreachable()
-    val query = new QueryCut(session, plan)
+    val query = new QueryCut(session, plan, () => keys)
     if (query.shallow(plan)) plan
     else {
       query.keyed()
@@ -76,7 +79,7 @@ final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (
    * One deep query's cut: only the topmost loop-carried subplan is checkpointed; below it,
    * registered checkpoints are substituted. Its methods run under the registry's lock.
    */
-  private final class QueryCut(session: SparkSession, plan: LogicalPlan) {
+  private final class QueryCut(session: SparkSession, plan: LogicalPlan, keysOf: () => Seq[(LogicalPlan, LineageKey.Result)]) {
     private val conf = SparkShimImpl.sqlConf(session)
     private val minHeight = MemphisConf.CheckpointMinHeight.get(conf)
     private val speculate = MemphisConf.LoopSpeculative.get(conf)
@@ -84,7 +87,7 @@ final class Checkpoints(sparkContext: SparkContext, stats: CacheStats, scoped: (
     private val heights = new IdentityHashMap[LogicalPlan, Integer]()
     private lazy val keys = {
       val found = new IdentityHashMap[LogicalPlan, LineageKey.Result]()
-      LineageKey.ofQuery(plan, MemphisConf.keyContext(session)).foreach { case (p, r) => found.put(p, r) }
+      keysOf().foreach { case (p, r) => found.put(p, r) }
       found
     }
     /** The checkpoints read or made below the subplan being rewritten: what a new one is built on. */

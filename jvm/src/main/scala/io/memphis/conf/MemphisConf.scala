@@ -7,7 +7,7 @@ import scala.util.Try
 import io.memphis.cache.{CachedRelation, EvictionPolicy, OwnerMark}
 import io.memphis.checkpoint
 import io.memphis.lineage.KeyContext
-import io.memphis.reuse.{RetainShuffle, ReuseRule}
+import io.memphis.reuse.{QueryContext, RetainShuffle}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf
@@ -235,7 +235,7 @@ object MemphisConf {
    */
   private def userCaches(session: SparkSession): Option[LogicalPlan => Option[LogicalPlan]] =
     if (!SparkRuntime.holdsCachedOtherThan(session, CachedRelation.NamePrefix)) None
-    else Some(plan => ReuseRule.suspended(SparkShimImpl.lookupCachedData(session, plan))
+    else Some(plan => QueryContext.suspended(SparkShimImpl.lookupCachedData(session, plan))
       .filterNot(_.cachedRepresentation.cacheBuilder.tableName.exists(_.startsWith(CachedRelation.NamePrefix)))
       .map(cached => RetainShuffle.strip(OwnerMark.strip(cached.plan))))
 

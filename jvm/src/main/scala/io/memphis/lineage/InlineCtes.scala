@@ -2,15 +2,14 @@ package io.memphis.lineage
 
 import scala.util.control.NonFatal
 
-import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.conf.CacheStats
 import org.apache.spark.sql.catalyst.optimizer.InlineCTE
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
-import org.apache.spark.sql.catalyst.rules.Rule
-import org.apache.spark.sql.internal.SQLConf
 
 /**
  * Inlines a query's `WITH` clauses the way Spark's optimizer will (its own `InlineCTE` rule: every
- * deterministic CTE, and any referenced once); registered as the first plan-normalization rule.
+ * deterministic CTE, and any referenced once): the first phase of memphis's plan normalization
+ * ([[io.memphis.QueryNormalization]]).
  *
  * Why: the analyzed plan of a query with a CTE holds its definitions apart (`WithCTE`) and reads them
  * through `CTERelationRef`s, which carry an id Spark draws from a counter at each analysis. A subplan
@@ -20,14 +19,12 @@ import org.apache.spark.sql.internal.SQLConf
  * the same CTEs before planning, so what runs is unchanged. A CTE Spark keeps apart (one that is not
  * deterministic, a recursive one) stays, and its reads get no key.
  */
-final class InlineCtes extends Rule[LogicalPlan] {
-  // InlineCTE leaves a plan without a CTE (in it or its subqueries) as it is, at the cost of a look at its tree bits.
-  override def apply(plan: LogicalPlan): LogicalPlan =
-    if (!MemphisConf.Enabled.get(SQLConf.get)) plan else InlineCtes.inlined(plan)
-}
-
 object InlineCtes {
-  /** `plan` (analyzed) with its CTEs inlined as the rule does: what memphis's other rules see of it, and key. */
+  /**
+   * `plan` (analyzed) with its CTEs inlined: what memphis's other phases see of it, and key.
+   * InlineCTE leaves a plan without a CTE (in it or its subqueries) as it is, at the cost of a look
+   * at its tree bits.
+   */
   def inlined(plan: LogicalPlan): LogicalPlan =
     try InlineCTE().apply(plan)
     catch {

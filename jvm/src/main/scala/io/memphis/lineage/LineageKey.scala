@@ -102,30 +102,6 @@ object LineageKey {
 
   def of(plan: LogicalPlan, context: KeyContext): Result = new Builder(context).result(plan)
 
-  // The keys of the query being normalized on this thread, by its plan (see [[ofQuery]]).
-  private val queryKeys = new ThreadLocal[(LogicalPlan, Seq[(LogicalPlan, Result)])]
-
-  /**
-   * [[ofSubplans]] of the plan of the query being normalized on this thread: computed once, and
-   * reused by a later rule of the same normalization that gets the very same plan (Spark runs the
-   * normalization rules one after another on one thread, and a rule that changes nothing hands on
-   * its input), so that a query's sources are listed once. [[forgetQuery]] drops them when a
-   * normalization starts and ends: the next query of the same DataFrame has the same plan object
-   * and must list its sources again.
-   */
-  def ofQuery(plan: LogicalPlan, context: KeyContext): Seq[(LogicalPlan, Result)] = {
-    val known = queryKeys.get()
-    if (known != null && (known._1 eq plan)) known._2
-    else {
-      val keys = ofSubplans(plan, context)
-      queryKeys.set(plan -> keys)
-      keys
-    }
-  }
-
-  /** Drops the keys [[ofQuery]] keeps on this thread. */
-  def forgetQuery(): Unit = queryKeys.remove()
-
   /**
    * Every subplan's result, root first (transparent nodes share their child's); not below a node
    * that stands for a subplan ([[StandsFor]]).

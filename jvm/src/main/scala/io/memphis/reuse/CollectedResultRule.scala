@@ -2,23 +2,19 @@ package io.memphis.reuse
 
 import java.util.IdentityHashMap
 
-import scala.util.control.NonFatal
-
 import io.memphis.cache.{Executions, QueryCandidates}
 import io.memphis.collected.{CollectedResult, KeepRequest, KeptResult}
 import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
-import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, ExprId, SubqueryExpression}
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.catalyst.rules.Rule
-import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShimImpl
 
 /**
  * Serves subplans from the rows earlier queries collected to the driver, and asks for this query's
- * rows to be kept when they stand for a subplan; registered as the first plan-normalization rule.
+ * rows to be kept when they stand for a subplan: the first phase of memphis's plan normalization
+ * after WITH clauses are inlined ([[io.memphis.QueryNormalization]]).
  *
  * Why: a loop that collects its state every iteration (k-means collects its centroids) and builds
  * the next iteration on the DataFrame it collected carries a plan that grows by an iteration each
@@ -34,62 +30,46 @@ import org.apache.spark.sql.memphis.SparkShimImpl
  * its columns (renamed, reordered or with computed ones added): `df.orderBy("k").collect()` returns
  * the rows of `df`. Only a subplan with a lineage key (deterministic, every source fingerprinted)
  * that is not a leaf; its rows are kept when the query's `executeCollect` returns them
- * ([[KeepResult]], put at the root last, by [[KeepResultRule]], so that the other rules see the plan
- * without it), when they take at most `spark.memphis.collected.maxBytes`.
+ * ([[KeepResult]], put at the root in the last phase, by [[KeepResultRule]], so that the other phases
+ * see the plan without it), when they take at most `spark.memphis.collected.maxBytes`.
  *
- * Why first: the checkpoint and reuse rules then see the plan with the served rows in it, as shallow
+ * Why first: the checkpoint and reuse phases then see the plan with the served rows in it, as shallow
  * as one iteration; their keys are unchanged (a served result has its subplan's key). A query only
  * planned (an explain) is served too, so that its plan shows what a run reads, but counts nothing;
  * a plan Spark's CacheManager normalizes (a `cache()`) is not, so that what it caches matches the
  * user's plans whether or not the rows are still kept; nor is anything inside a subplan Spark holds
  * a cached relation of, nor a subplan that observes metrics (`Dataset.observe`: they are reported by
- * running it). It never raises into the user's query: on an internal failure it logs why
- * and leaves the plan as it is.
+ * running it). Commands are left alone.
  */
-final class CollectedResultRule(session: SparkSession) extends Rule[LogicalPlan] {
-  override def apply(plan: LogicalPlan): LogicalPlan = {
-    if (ReuseRule.isSuspended) plan
-    else {
-      KeepResultRule.forget()
-      LineageKey.forgetQuery() // a new query: its sources are listed afresh
-      if (!MemphisConf.Enabled.get(SQLConf.get) || plan.isInstanceOf[Command]) plan
-      else ReuseRule.suspended {
-        try new CollectedResultRule.Query(session, plan).run()
-        catch {
-          case NonFatal(e) =>
-            CacheStats.log.warn(s"memphis: no collected results for this query after an internal error: $e", e)
-            plan
-        }
-      }
-    }
-  }
-}
-
 object CollectedResultRule {
-  /** One query: its keys, the kept results it reads, the rows it keeps. */
-  private final class Query(session: SparkSession, plan: LogicalPlan) {
-    private val cache = LineageCache.forContext(session.sparkContext)
+  /** `plan` with the kept rows it may read in it, and the ask to keep its own rows, if any. */
+  def apply(query: QueryContext, plan: LogicalPlan): (LogicalPlan, Option[KeepResultRule.Asked]) =
+    new Query(query, plan).run()
+
+  /** One query: the kept results it reads, the rows it keeps. */
+  private final class Query(query: QueryContext, plan: LogicalPlan) {
+    private val session = query.session
+    private val cache = query.cache
     private val results = cache.collected
-    private val conf = SparkShimImpl.sqlConf(session)
+    private val conf = query.conf
     private val maxBytes = MemphisConf.CollectedMaxBytes.get(conf)
-    private lazy val executing = Executions.executing(session.sparkContext)
-    private lazy val user = ConnectSessions.userOfQuery(session)
-    private lazy val keyed = LineageKey.ofQuery(plan, context)
+    private def executing = query.executing
+    private def user = query.user
+    private lazy val keyed = query.keys(plan)
     private lazy val keys = byPlan(keyed)
     private lazy val sparkHolds = !SparkShimImpl.cacheManager(session).isEmpty
     /** The shapes of the user's collected rows in the durable tier: one listing per query that may read them. */
     private lazy val durableShapes =
       if (cache.durable.enabled && !plan.isInstanceOf[LeafNode]) cache.durable.collectedShapes(user) else Set.empty[String]
 
-    def run(): LogicalPlan = {
+    def run(): (LogicalPlan, Option[KeepResultRule.Asked]) = {
       val keep = (if (maxBytes > 0) rowsOf(plan) else None).filter(_ => executing)
-      if (results.isEmpty && keep.isEmpty && durableShapes.isEmpty) plan
+      if (results.isEmpty && keep.isEmpty && durableShapes.isEmpty) (plan, None)
       else {
         if (!results.isEmpty) results.dropStale(plan, keyed)
         val nothingKept = results.isEmpty && durableShapes.isEmpty
         val served = if (nothingKept || (!executing && Executions.byCacheManager)) plan else serve(plan)
-        keep.foreach { case (subplan, ordinals) => keepRows(subplan, ordinals) }
-        served
+        (served, keep.flatMap { case (subplan, ordinals) => keepRows(subplan, ordinals) })
       }
     }
 
@@ -148,16 +128,17 @@ object CollectedResultRule {
         } else new KeptResult(id, k, types(p), rows, 0L, m.costMs, System.currentTimeMillis())
       }
 
-    /** Asks [[KeepResultRule]] to keep this query's rows for `subplan`, unless they are kept already. */
-    private def keepRows(subplan: LogicalPlan, ordinals: Seq[Int]): Unit = keys.get(subplan) match {
-      case null =>
-      case Left(reason) => CacheStats.log.debug(s"memphis: the rows of this query will not be kept: $reason")
+    /** The ask to [[KeepResultRule]] to keep this query's rows for `subplan`, unless they are kept already. */
+    private def keepRows(subplan: LogicalPlan, ordinals: Seq[Int]): Option[KeepResultRule.Asked] = keys.get(subplan) match {
+      case null => None
+      case Left(reason) =>
+        CacheStats.log.debug(s"memphis: the rows of this query will not be kept: $reason")
+        None
       case Right(k) =>
         val id = cache.scoped(k.hash, user)
-        if (results.lookup(id, k, types(subplan)).isEmpty) {
-          KeepResultRule.expect(plan.output.map(_.exprId),
-            KeepRequest(id, k, user, ordinals, types(subplan), maxBytes, System.currentTimeMillis()))
-        }
+        if (results.lookup(id, k, types(subplan)).isDefined) None
+        else Some(KeepResultRule.Asked(plan.output.map(_.exprId),
+          KeepRequest(id, k, user, ordinals, types(subplan), maxBytes, System.currentTimeMillis())))
     }
   }
 

@@ -2,27 +2,23 @@ package io.memphis.reuse
 
 import java.util.IdentityHashMap
 
-import scala.util.control.NonFatal
-
 import io.memphis.cache.{Executions, QueryCandidates}
 import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.durable.DurableResult
 import io.memphis.lineage.{LineageKey, StandsFor}
-import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.{CollectMetrics, LeafNode, LogicalPlan}
-import org.apache.spark.sql.catalyst.rules.Rule
-import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShimImpl
 
 /**
- * Serves subplans from the durable tier ([[DurableTier]]): registered as a plan-normalization rule,
- * after the collected results' and before the checkpoint and reuse rules, so that they see the plan
- * with the durable reads in it (a served subplan keeps its key, [[StandsFor]]).
+ * Serves subplans from the durable tier ([[DurableTier]]): a phase of memphis's plan normalization
+ * ([[io.memphis.QueryNormalization]]), after the collected results' and before the checkpoint and
+ * reuse phases, so that they see the plan with the durable reads in it (a served subplan keeps its
+ * key, [[StandsFor]]).
  *
  * When: a query with a candidate subplan (an expensive operator: see [[QueryCandidates.isCandidate]])
  * while the durable tier is on and holds entries of the query's user: one listing of the user's
- * folder per such query, then the query's keys (computed once for all rules). The outermost
+ * folder per such query, then the query's keys (computed once for all phases). The outermost
  * candidates whose shape has an entry are looked up, unless memphis holds them in Spark storage
  * (a read from memory is cheaper) or Spark holds a cached relation of them, they read an outer
  * query's columns, or observe metrics (reported by running them). A valid entry replaces the subplan
@@ -30,38 +26,29 @@ import org.apache.spark.sql.memphis.SparkShimImpl
  *
  * A query only planned (an explain) is served too, so its plan shows what a run reads, but counts
  * no hit; a plan Spark's CacheManager normalizes (a `cache()`) is not, so that what it caches matches
- * the user's plans. Subqueries are not served. It never raises into the user's query: on an
- * internal failure it logs why and leaves the plan as it is.
+ * the user's plans. Subqueries are not served.
  */
-final class DurableReadRule(session: SparkSession) extends Rule[LogicalPlan] {
-  override def apply(plan: LogicalPlan): LogicalPlan =
-    if (ReuseRule.isSuspended || !MemphisConf.Enabled.get(SQLConf.get)) plan
-    else ReuseRule.suspended {
-      try {
-        val cache = LineageCache.forContext(session.sparkContext)
-        if (!cache.durable.enabled) plan
-        else {
-          cache.durable.session = Some(session)
-          if (!plan.exists(QueryCandidates.isCandidate(_, plan))) plan else new DurableReadRule.Query(session, cache, plan).run()
-        }
-      } catch {
-        case NonFatal(e) =>
-          CacheStats.log.warn(s"memphis: no durable reads for this query after an internal error: $e", e)
-          plan
-      }
-    }
-}
-
 object DurableReadRule {
+  def apply(query: QueryContext, plan: LogicalPlan): LogicalPlan = {
+    val tier = query.cache.durable
+    if (!tier.enabled) plan
+    else {
+      tier.session = Some(query.session)
+      if (!plan.exists(QueryCandidates.isCandidate(_, plan))) plan else new Query(query, plan).run()
+    }
+  }
+
   /** One query: the shapes its user has entries of, its keys, the subplans it reads from the tier. */
-  private final class Query(session: SparkSession, cache: LineageCache, plan: LogicalPlan) {
+  private final class Query(query: QueryContext, plan: LogicalPlan) {
+    private val session = query.session
+    private val cache = query.cache
     private val tier = cache.durable
-    private val user = ConnectSessions.userOfQuery(session)
-    private lazy val executing = Executions.executing(session.sparkContext)
+    private val user = query.user
+    private def executing = query.executing
     private lazy val sparkHolds = !SparkShimImpl.cacheManager(session).isEmpty
     private lazy val keys = {
       val found = new IdentityHashMap[LogicalPlan, LineageKey]()
-      LineageKey.ofQuery(plan, MemphisConf.keyContext(session)).foreach { case (p, r) => r.foreach(found.put(p, _)) }
+      query.keys(plan).foreach { case (p, r) => r.foreach(found.put(p, _)) }
       found
     }
 

@@ -85,22 +85,23 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /**
    * Looks at one query's analyzed plan: drops entries whose sources changed, then keys its
-   * candidate subplans, decides on them ([[ReusePolicy]]) and, when the query is being executed
-   * ([[Executions]]), carries the decisions out. Returns the first occurrences whose shuffle is to
-   * be kept ([[RetainShuffle]]) and, unless entries are shared across users, the subplans served or
+   * candidate subplans (`keys`, asked for only then), decides on them ([[ReusePolicy]]) and, when
+   * the query is being executed (`runs`, see [[Executions]]), carries the decisions out. Returns
+   * the first occurrences whose shuffle is to be kept ([[RetainShuffle]]) and, unless entries are shared across users, the subplans served or
    * persisted for this query's user ([[OwnerMark]]): by identity, each with the node to put over it.
    * When the query is only planned, nothing is counted or persisted: its observation is returned,
    * to be counted if that plan runs ([[PendingObservation]]).
    */
-  def consider(session: SparkSession, plan: LogicalPlan): (Marks, Option[PendingObservation]) = {
+  def consider(session: SparkSession, plan: LogicalPlan, keys: => Seq[(LogicalPlan, LineageKey.Result)],
+      runs: => Boolean): (Marks, Option[PendingObservation]) = {
     val marks = new Marks
     // This runs for every query: one with nothing to persist and nothing held to check costs no keys.
     pressure.relieve()
     if (!table.holdsAny && !plan.exists(QueryCandidates.isCandidate(_, plan))) return (marks, None)
-    val executing = Executions.executing(sparkContext)
+    val executing = runs
     val planned = System.currentTimeMillis()
     val conf = QueryConf(SparkShimImpl.sqlConf(session))
-    val query = new QueryCandidates(plan, LineageKey.ofQuery(plan, MemphisConf.keyContext(session)), ConnectSessions.userOfQuery(session))
+    val query = new QueryCandidates(plan, keys, ConnectSessions.userOfQuery(session))
     val (candidates, decisions, entries) = table.locked {
       eviction.session = Some(session)
       storage.uncacheReplaced(session)

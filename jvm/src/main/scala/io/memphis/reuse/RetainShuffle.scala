@@ -62,10 +62,11 @@ final case class RetainShuffleExec(entryId: String, child: SparkPlan) extends Un
   override protected def withNewChildInternal(newChild: SparkPlan): RetainShuffleExec = copy(child = newChild)
 }
 
-/** Plans the marker (adaptive re-planning included). */
+/** Plans the marker, and the offer of the shuffles it kept ([[ShuffleOffer]]), adaptive re-planning included. */
 object RetainShuffleStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case RetainShuffle(hash, _, child) => RetainShuffleExec(hash, planLater(child)) :: Nil
+    case ShuffleOffer(offer, child) => ShuffleOfferExec(offer, planLater(child)) :: Nil
     case _ => Nil
   }
 }

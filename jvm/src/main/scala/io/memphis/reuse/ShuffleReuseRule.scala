@@ -1,57 +1,105 @@
 package io.memphis.reuse
 
 import java.util.IdentityHashMap
+import java.util.concurrent.atomic.AtomicReference
 
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{Attribute, SortOrder}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
+import org.apache.spark.sql.catalyst.plans.physical.Partitioning
 import org.apache.spark.sql.catalyst.rules.Rule
-import org.apache.spark.sql.execution.SparkPlan
+import org.apache.spark.sql.execution.{SparkPlan, UnaryExecNode}
 import org.apache.spark.sql.memphis.PhysicalPlans
+import org.apache.spark.sql.vectorized.ColumnarBatch
 
 /**
  * Lets the second occurrence of an aggregate read the shuffle its first occurrence left behind
- * ([[RetainShuffle]]): while memphis persists a subplan, each exchange on the frontier of its
- * cached plan that is canonically equal to a retained, completely written shuffle is replaced by a
- * reuse of that shuffle, and Spark skips the stages that wrote it.
+ * ([[RetainShuffle]]): a subplan memphis persists is handed to Spark's CacheManager under a
+ * [[ShuffleOffer]] at its root, and when the CacheManager plans it, each exchange on the frontier of
+ * the cached plan that is canonically equal to an offered, completely written shuffle is replaced
+ * by a reuse of that shuffle, and Spark skips the stages that wrote it.
  *
  * Why two hooks: under adaptive execution it runs as a query-stage preparation rule, before stages
  * are created, so that the reused shuffle counts as a materialized stage (whose partitions adaptive
  * execution may still coalesce); without adaptive execution, as a columnar pre-transition rule, the
- * last physical rule that sees the exchanges. Both run while Spark's CacheManager plans the cached
- * plan, on the thread that made the offer; everywhere else the rule does nothing.
+ * last physical rule that sees the exchanges. Whichever sees the offer's node first takes the offer
+ * (once) and removes the node; everywhere else the rule does nothing.
  *
  * Equal canonical forms are Spark's own test for reusing an exchange; the persisted subplan's
  * lineage key (same sources, same fingerprints as at the first occurrence) is what makes the earlier
  * output still current.
  */
 final class ShuffleReuseRule(asQueryStage: Boolean) extends Rule[SparkPlan] {
-  override def apply(plan: SparkPlan): SparkPlan = ShuffleReuseRule.offer.get() match {
-    case Some(offer) if offer.shuffles.nonEmpty => substitute(plan, offer)
+  // The offer's node is the root: nothing is planned above the root of a plan being cached.
+  override def apply(plan: SparkPlan): SparkPlan = plan match {
+    case ShuffleOfferExec(offer, child) => offer.take().fold(child)(substitute(child, _, offer.reused))
     case _ => plan
   }
 
-  private def substitute(plan: SparkPlan, offer: ShuffleReuseRule.Offer): SparkPlan = {
+  private def substitute(plan: SparkPlan, shuffles: Seq[SparkPlan], reused: Int => Unit): SparkPlan = {
     val reuses = new IdentityHashMap[SparkPlan, SparkPlan]
     PhysicalPlans.shuffleFrontier(plan).foreach { exchange =>
       val identity = PhysicalPlans.exchangeIdentity(exchange)
-      offer.shuffles.find(r => PhysicalPlans.exchangeIdentity(r) == identity && PhysicalPlans.shuffleWritten(r))
+      shuffles.find(r => PhysicalPlans.exchangeIdentity(r) == identity && PhysicalPlans.shuffleWritten(r))
         .foreach(r => reuses.put(exchange, PhysicalPlans.reuseShuffle(r, exchange, asQueryStage)))
     }
     if (reuses.isEmpty) plan
     else {
-      offer.reused(reuses.size)
+      reused(reuses.size)
       plan.transformDown { case p if reuses.containsKey(p) => reuses.get(p) }
     }
   }
 }
 
-object ShuffleReuseRule {
-  /** Retained shuffles, and what to call with how many of them the cached plan reads. */
-  final case class Offer(shuffles: Seq[SparkPlan], reused: Int => Unit)
+/**
+ * The root of a plan memphis hands Spark's CacheManager to persist, carrying the shuffles its first
+ * occurrence kept to [[ShuffleReuseRule]], which reads the cached plan's physical form. The offer
+ * rides on the plan because Spark plans it inside the CacheManager's call, where memphis cannot
+ * pass anything else. Invisible to plan comparison (its child's canonical form), so the
+ * CacheManager matches the cached plan as if it were not there.
+ *
+ * The CacheManager keeps the plan, node included, and plans it again on a re-cache (after a write to
+ * a source): the offer is taken once, so that a re-cache computes afresh, as it must, and memphis's
+ * normalization drops the node there ([[io.memphis.QueryNormalization]]).
+ */
+final case class ShuffleOffer(offer: ShuffleOffer.Offer, child: LogicalPlan) extends UnaryNode {
+  override def output: Seq[Attribute] = child.output
+  // The CacheManager's relation takes its ordering from the plan's root.
+  override def outputOrdering: Seq[SortOrder] = child.outputOrdering
+  override def maxRows: Option[Long] = child.maxRows
+  override protected def doCanonicalize(): LogicalPlan = child.canonicalized
+  override protected def withNewChildInternal(newChild: LogicalPlan): ShuffleOffer = copy(child = newChild)
+}
 
-  private val offer: ThreadLocal[Option[Offer]] = ThreadLocal.withInitial(() => None)
+object ShuffleOffer {
+  /** Retained shuffles, and what to call with how many of them the cached plan reads; taken once. */
+  final class Offer(shuffles: Seq[SparkPlan], val reused: Int => Unit) {
+    private val left = new AtomicReference[Seq[SparkPlan]](shuffles)
 
-  /** Runs `f` (the planning of a cached plan) with `shuffles` on offer on this thread. */
-  def offering[T](shuffles: Seq[SparkPlan], reused: Int => Unit)(f: => T): T = {
-    offer.set(Some(Offer(shuffles, reused)))
-    try f finally offer.set(None)
+    /** The shuffles, the first time; after that None (and they are no longer held here). */
+    def take(): Option[Seq[SparkPlan]] = Option(left.getAndSet(null))
   }
+
+  /** `plan` without the offer at its root. */
+  def strip(plan: LogicalPlan): LogicalPlan = plan match {
+    case ShuffleOffer(_, child) => child
+    case _ => plan
+  }
+
+  /** `plan` under the offer of `shuffles` (as it is when none are kept). */
+  def apply(shuffles: Seq[SparkPlan], reused: Int => Unit, plan: LogicalPlan): LogicalPlan =
+    if (shuffles.isEmpty) plan else ShuffleOffer(new Offer(shuffles, reused), plan)
+}
+
+/** The offer's node planned: removed by [[ShuffleReuseRule]] before anything runs; passes its child's rows through. */
+final case class ShuffleOfferExec(offer: ShuffleOffer.Offer, child: SparkPlan) extends UnaryExecNode {
+  override def output: Seq[Attribute] = child.output
+  override def outputPartitioning: Partitioning = child.outputPartitioning
+  override def outputOrdering: Seq[SortOrder] = child.outputOrdering
+  override def supportsColumnar: Boolean = child.supportsColumnar
+  override protected def doCanonicalize(): SparkPlan = child.canonicalized
+  override protected def doExecute(): RDD[InternalRow] = child.execute()
+  override protected def doExecuteColumnar(): RDD[ColumnarBatch] = child.executeColumnar()
+  override protected def withNewChildInternal(newChild: SparkPlan): ShuffleOfferExec = copy(child = newChild)
 }

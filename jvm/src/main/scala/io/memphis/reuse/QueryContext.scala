@@ -1,0 +1,63 @@
+package io.memphis.reuse
+
+import io.memphis.conf.{ConnectSessions, MemphisConf}
+import io.memphis.cache.Executions
+import io.memphis.lineage.LineageKey
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.memphis.SparkShimImpl
+
+/**
+ * One query as memphis's normalization phases see it ([[io.memphis.QueryNormalization]]): made once
+ * each time Spark normalizes the query's plan, and handed to every phase in turn, so that what one
+ * phase learned (the keys of the plan) serves the next without state kept on the thread.
+ */
+final class QueryContext(val session: SparkSession) {
+  lazy val cache: LineageCache = LineageCache.forContext(session.sparkContext)
+
+  /** The session's conf, where the phases read `spark.memphis.*`. */
+  lazy val conf: SQLConf = SparkShimImpl.sqlConf(session)
+
+  /** Whose query it is (each user has entries of their own unless shared). */
+  lazy val user: String = ConnectSessions.userOfQuery(session)
+
+  /** Whether the query runs, or is only planned ([[Executions]]): only a run counts and persists. */
+  lazy val executing: Boolean = Executions.executing(session.sparkContext)
+
+  private var keyed: Option[(LogicalPlan, Seq[(LogicalPlan, LineageKey.Result)])] = None
+
+  /**
+   * [[LineageKey.ofSubplans]] of `plan`, computed once: a later phase handed the very same plan (a
+   * phase that changes nothing hands on its input) reuses them, so that a query's sources are
+   * listed once. A plan a phase changed is keyed afresh.
+   */
+  def keys(plan: LogicalPlan): Seq[(LogicalPlan, LineageKey.Result)] = keyed match {
+    case Some((p, keys)) if p eq plan => keys
+    case _ =>
+      val keys = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session))
+      keyed = Some(plan -> keys)
+      keys
+  }
+}
+
+object QueryContext {
+  // A ThreadLocal because Spark gives no other way in: the CacheManager normalizes, on the caller's
+  // thread, the plans memphis hands it, and the rule must know those calls are memphis's own. It
+  // is a re-entrancy guard, not state passed between phases.
+  private val suspendedHere: ThreadLocal[Boolean] = ThreadLocal.withInitial(() => false)
+
+  /** Whether memphis's own Spark calls run on this thread (the phases then leave plans alone). */
+  def isSuspended: Boolean = suspendedHere.get()
+
+  /**
+   * Runs `f` with memphis's phases off on this thread. Spark's CacheManager normalizes every plan
+   * it is asked to cache or uncache, which runs them again: memphis's own calls must not count as
+   * queries (an uncache would persist the subplans of what it lets go).
+   */
+  def suspended[T](f: => T): T = {
+    val before = suspendedHere.get()
+    suspendedHere.set(true)
+    try f finally suspendedHere.set(before)
+  }
+}
