@@ -53,7 +53,7 @@ def test_entries_and_clear_cover_every_tier(spark, local_tier):
 
 def test_counters_come_from_the_jvm_cache(spark):
     jvm = spark._jvm
-    cache = jvm.io.memphis.reuse.LineageCache.forContext(spark._jsparkSession.sparkContext())
+    cache = jvm.io.memphis.facade.LineageCache.forContext(spark._jsparkSession.sparkContext())
     before = memphis.stats(spark)["misses"]
     loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()  # the one spark.jars feeds
     counters = (jvm.java.lang.Class.forName("io.memphis.conf.CacheStats$Counter$", True, loader)

@@ -1,7 +1,9 @@
 package io.memphis
 
 import io.memphis.cache.RemoveOwnerMarks
+import io.memphis.checkpoint.CheckpointFiles
 import io.memphis.conf.{MemphisConf, MemphisSetupException}
+import io.memphis.durable.DurableLayout
 import io.memphis.lineage.ServedSubplanStrategy
 import io.memphis.reuse.{BroadcastReuseRule, KeepResultStrategy, RetainShuffleStrategy, ShuffleReuseRule, SortCollectedRows}
 import org.apache.spark.sql.SparkSessionExtensions
@@ -19,7 +21,7 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     SparkRuntime.unsupportedSparkReason().foreach(reason => throw new MemphisSetupException(reason))
     MemphisConf.register()
-    SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisConf.directoryProblems(sc)))
+    SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisSparkSessionExtension.directoryProblems(sc)))
     MemphisTableFunctions.all.foreach(extensions.injectTableFunction)
     // One plan-normalization rule runs memphis's phases on each query, in the order it writes down.
     extensions.injectPlanNormalizationRule(session => new QueryNormalization(session))
@@ -38,5 +40,23 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     extensions.injectColumnar(session => new ColumnarRule {
       override def preColumnarTransitions = new BroadcastReuseRule(session, asQueryStage = false)
     })
+  }
+}
+
+object MemphisSparkSessionExtension {
+  import MemphisConf.{CheckpointDir, DurableDir}
+
+  /**
+   * The problems with `checkpoint.dir` and `durable.dir` in the SparkConf, if any: a directory memphis
+   * cannot make or write. (The durable tier's default folder is not checked here: when it cannot be
+   * used, the tier is off, with a warning.)
+   */
+  def directoryProblems(sc: org.apache.spark.SparkContext): Seq[String] = {
+    val checkpoints = sc.getConf.getOption(CheckpointDir.key).flatMap(CheckpointDir.parse).filter(_.nonEmpty)
+    val durableRoot = sc.getConf.getOption(DurableDir.key).flatMap(DurableLayout.explicitRoot)
+    Seq(CheckpointDir -> checkpoints, DurableDir -> durableRoot).flatMap { case (entry, dir) =>
+      dir.toSeq.flatMap(d => CheckpointFiles.unusable(d, sc.hadoopConfiguration)
+        .map(why => s"${entry.key}=$d is not allowed: $why; expected ${entry.allowed}"))
+    }
   }
 }

@@ -10,7 +10,7 @@ import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkRuntime
 import io.memphis.cache.EvictionPolicy
 import io.memphis.conf.{ConnectSessions, MemphisConf}
-import io.memphis.reuse.LineageCache
+import io.memphis.facade.LineageCache
 import org.apache.spark.sql.types.{ArrayType, BooleanType, DataType, DoubleType, IntegerType, LongType, StringType}
 import org.apache.spark.unsafe.types.UTF8String
 

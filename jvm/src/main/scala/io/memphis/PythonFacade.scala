@@ -2,9 +2,10 @@ package io.memphis
 
 import scala.util.control.NonFatal
 
+import io.memphis.cache.SessionKeyContext
 import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.facade.{LineageCache, StatsRows}
 import io.memphis.lineage.{InlineCtes, LineageKey}
-import io.memphis.reuse.{LineageCache, StatsRows}
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
@@ -75,7 +76,7 @@ object PythonFacade {
 
   /** The key of `plan` (analyzed) as memphis's rules key it when it runs, its WITH clauses inlined. */
   def keyOf(session: SparkSession, plan: LogicalPlan): LineageKey.Result =
-    LineageKey.of(InlineCtes.inlined(plan), MemphisConf.keyContext(session))
+    LineageKey.of(InlineCtes.inlined(plan), SessionKeyContext(session))
 
   def explanation(key: LineageKey.Result): String = key match {
     case Right(k) => s"lineage key ${k.hash} (height ${k.height})\n${k.explain}"

@@ -2,10 +2,10 @@ package io.memphis
 
 import scala.util.control.NonFatal
 
-import io.memphis.cache.OwnerMark
-import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.cache.{OwnerMark, ShuffleOffer}
+import io.memphis.conf.{CacheStats, MemphisConf, Suspension}
 import io.memphis.lineage.InlineCtes
-import io.memphis.reuse.{CheckpointRule, CollectedResultRule, DurableReadRule, KeepResultRule, QueryContext, ReuseRule, ShuffleOffer}
+import io.memphis.reuse.{CheckpointRule, CollectedResultRule, DurableReadRule, KeepResultRule, QueryContext, ReuseRule}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.{Command, LogicalPlan}
 import org.apache.spark.sql.catalyst.rules.Rule
@@ -29,7 +29,7 @@ import org.apache.spark.sql.internal.SQLConf
  *
  * A [[QueryContext]] made here carries what the phases share (keys, user, conf, whether the query
  * runs); what Spark's later phases need rides on the plan (marks). The phases are off while memphis
- * runs its own Spark calls ([[QueryContext.suspended]]). Spark may normalize one query more than once
+ * runs its own Spark calls ([[Suspension.suspended]]). Spark may normalize one query more than once
  * (each time afresh, with a new context). No phase raises into the user's query ([[guarded]]).
  */
 final class QueryNormalization(session: SparkSession) extends Rule[LogicalPlan] {
@@ -37,7 +37,7 @@ final class QueryNormalization(session: SparkSession) extends Rule[LogicalPlan] 
 
   override def apply(plan: LogicalPlan): LogicalPlan = {
     val enabled = MemphisConf.Enabled.get(SQLConf.get)
-    if (QueryContext.isSuspended) { if (enabled) InlineCtes.inlined(plan) else plan }
+    if (Suspension.isSuspended) { if (enabled) InlineCtes.inlined(plan) else plan }
     else {
       // Outside memphis's own calls, an offer at the root is Spark's CacheManager caching memphis's
       // plan again (after a write to a source): the offer was taken when memphis cached it.
@@ -71,7 +71,7 @@ object QueryNormalization {
    * plans), or, on an internal failure, `unchanged`, with why logged: memphis never fails a query.
    */
   private def guarded[T](unchanged: T, skipped: String)(phase: => T): T =
-    QueryContext.suspended {
+    Suspension.suspended {
       try phase
       catch {
         case NonFatal(e) =>

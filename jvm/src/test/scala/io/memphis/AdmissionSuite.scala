@@ -2,7 +2,7 @@ package io.memphis
 
 import io.memphis.cache.{Admission, CacheEntry, EntryState}
 import io.memphis.conf.{CacheStats, MemphisConf}
-import io.memphis.reuse.LineageCache
+import io.memphis.facade.LineageCache
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical.{Join, LogicalPlan}

@@ -6,7 +6,7 @@ import scala.collection.mutable
 
 import io.memphis.cache.{CacheEntry, EntryState, EvictionPolicy, Executions}
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.LineageCache
+import io.memphis.facade.LineageCache
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext
 import org.apache.spark.sql.execution.columnar.InMemoryRelation

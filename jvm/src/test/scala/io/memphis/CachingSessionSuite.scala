@@ -5,7 +5,7 @@ import java.util.concurrent.{Callable, ConcurrentHashMap, Executors, TimeUnit}
 import java.util.concurrent.atomic.AtomicBoolean
 
 import io.memphis.conf.CacheStats.Counter
-import io.memphis.reuse.LineageCache
+import io.memphis.facade.LineageCache
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.functions.{col, count, sum}
 import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}

@@ -12,10 +12,13 @@ import org.scalatest.funsuite.AnyFunSuite
  *  1. `io.memphis.conf`: the settings, the counters and log, the user of a session.
  *  1. `io.memphis.lineage`: lineage keys.
  *  1. `io.memphis.cache`: the cache's own types (entries, eviction policy, admission, the entry table,
- *     the stores' trait) and the pieces that decide on entries.
+ *     the stores' trait, the marks it puts on plans) and the pieces that decide on entries.
  *  1. the stores: `checkpoint`, `collected`, `broadcasts`, `durable`.
- *  1. `io.memphis.reuse`: the Spark rules, plan nodes and listener, and `LineageCache`, the facade they share.
- *  1. `io.memphis`: the extension and its public faces.
+ *  1. `io.memphis.facade`: `LineageCache`, the one object over the cache and the stores that the rules
+ *     and the public faces talk to, with what it is made of (the stores built, releases, the heap's
+ *     pressure valve, Spark's listener, the stats rows, the memory accounts).
+ *  1. `io.memphis.reuse`: the Spark rules, the per-query context and the plan nodes.
+ *  1. `io.memphis`: the extension, its one normalization rule and its public faces.
  *
  * A package imports from its own layer or below, and no packages import each other around a cycle.
  */
@@ -25,20 +28,15 @@ class LayeringSuite extends AnyFunSuite {
   private lazy val mainUses = uses(mainSources)
 
   test("no import from a lower layer to a higher one and no cycle between the packages of the main sources") {
-    val found = problems(mainUses, Layers, Pending.keySet)
+    val found = problems(mainUses, Layers)
     assert(found.isEmpty, found.mkString("\n", "\n", ""))
-  }
-
-  test("each pending upward import still occurs (drop it from Pending once it is gone)") {
-    val gone = Pending.keySet -- mainUses.map(u => u.file -> u.to)
-    assert(gone.isEmpty, gone.mkString(", "))
   }
 
   test("the checker fails on a planted upward import, naming file, line and packages") {
     val planted = uses(Seq(
       Source("conf/Planted.scala", "package io.memphis.conf\n\nimport io.memphis.reuse.{LineageCache, ReuseRule}\n"),
       Source("reuse/LineageCache.scala", "package io.memphis.reuse\n\nobject LineageCache\n")))
-    assert(problems(planted, Layers, Set.empty) ==
+    assert(problems(planted, Layers) ==
       Seq("conf/Planted.scala:3: io.memphis.conf imports io.memphis.reuse, a higher layer"))
   }
 
@@ -48,7 +46,7 @@ class LayeringSuite extends AnyFunSuite {
       Source("broadcasts/B.scala", "package io.memphis\npackage broadcasts\n\n// PythonFacade, named in a comment, is not used\nobject B { def a = collected.A }\n"),
       Source("checkpoint/C.scala", "package io.memphis\npackage checkpoint\n\nobject C { def facade = PythonFacade }\n"),
       Source("PythonFacade.scala", "package io.memphis\n\nobject PythonFacade\n")))
-    assert(problems(planted, Layers, Set.empty) == Seq(
+    assert(problems(planted, Layers) == Seq(
       "checkpoint/C.scala:4: io.memphis.checkpoint imports io.memphis, a higher layer",
       "a cycle: io.memphis.broadcasts -> io.memphis.collected (broadcasts/B.scala:5) -> io.memphis.broadcasts (collected/A.scala:3)"))
   }
@@ -58,20 +56,7 @@ class LayeringSuite extends AnyFunSuite {
 object Layering {
   val Layers: Seq[Set[String]] = Seq(Set("org.apache.spark.sql.memphis"), Set("io.memphis.conf"), Set("io.memphis.lineage"),
     Set("io.memphis.cache"), Set("checkpoint", "collected", "broadcasts", "durable").map("io.memphis." + _),
-    Set("io.memphis.reuse"), Set("io.memphis"))
-
-  /**
-   * Upward imports left for the per-query context part of issue 45, which moves what they reach for
-   * down: (file under the sources' root, the package it imports).
-   */
-  val Pending: Map[(String, String), String] = Map(
-    ("scala/io/memphis/conf/MemphisConf.scala", "io.memphis.lineage") -> "keyContext builds the lineage keys' context",
-    ("scala/io/memphis/conf/MemphisConf.scala", "io.memphis.cache") -> "keyContext's user caches; evictionPolicy's names",
-    ("scala/io/memphis/conf/MemphisConf.scala", "io.memphis.checkpoint") -> "directoryProblems checks the directories",
-    ("scala/io/memphis/conf/MemphisConf.scala", "io.memphis.durable") -> "directoryProblems checks the directories",
-    ("scala/io/memphis/conf/MemphisConf.scala", "io.memphis.reuse") -> "keyContext's user caches: ReuseRule.suspended",
-    ("scala/io/memphis/cache/SparkCache.scala", "io.memphis.reuse") -> "ReuseRule.suspended, ShuffleReuseRule.offering",
-    ("scala/io/memphis/durable/DurableWriter.scala", "io.memphis.reuse") -> "ReuseRule.suspended")
+    Set("io.memphis.facade"), Set("io.memphis.reuse"), Set("io.memphis"))
 
   final case class Source(file: String, text: String)
 
@@ -123,14 +108,13 @@ object Layering {
     }.sortBy(u => (u.file, u.line, u.to))
   }
 
-  /** Uses of a higher layer (unless `pending`), then cycles between packages, each with where it is made. */
-  def problems(uses: Seq[Use], layers: Seq[Set[String]], pending: Set[(String, String)]): Seq[String] = {
+  /** Uses of a higher layer, then cycles between packages, each with where it is made. */
+  def problems(uses: Seq[Use], layers: Seq[Set[String]]): Seq[String] = {
     def layer(p: String) = layers.indexWhere(_.contains(p))
-    val counted = uses.filterNot(u => pending.contains(u.file -> u.to))
-    val unlayered = counted.flatMap(u => Seq(u.from, u.to)).distinct.filter(layer(_) < 0).map(p => s"$p is in no layer")
-    val upward = counted.filter(u => layer(u.from) >= 0 && layer(u.from) < layer(u.to))
+    val unlayered = uses.flatMap(u => Seq(u.from, u.to)).distinct.filter(layer(_) < 0).map(p => s"$p is in no layer")
+    val upward = uses.filter(u => layer(u.from) >= 0 && layer(u.from) < layer(u.to))
       .map(u => s"${u.file}:${u.line}: ${u.from} imports ${u.to}, a higher layer")
-    val edges = counted.groupBy(_.from).map { case (p, us) => p -> us.groupBy(_.to).map { case (q, qs) => q -> qs.head } }
+    val edges = uses.groupBy(_.from).map { case (p, us) => p -> us.groupBy(_.to).map { case (q, qs) => q -> qs.head } }
     unlayered ++ upward ++ cycles(edges).map { path =>
       val steps = path.zip(path.tail :+ path.head).map { case (a, b) => edges(a)(b) }
       s"a cycle: ${path.head}" + steps.map(u => s" -> ${u.to} (${u.file}:${u.line})").mkString

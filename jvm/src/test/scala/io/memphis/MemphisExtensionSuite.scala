@@ -1,7 +1,7 @@
 package io.memphis
 
 import io.memphis.conf.CacheStats
-import io.memphis.reuse.LineageCache
+import io.memphis.facade.LineageCache
 import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.expressions.{ExpressionInfo, Literal}

@@ -4,7 +4,7 @@ import java.nio.file.Files
 
 import io.memphis.cache.Executions
 import io.memphis.conf.CacheStats
-import io.memphis.reuse.LineageCache
+import io.memphis.facade.LineageCache
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.functions.{col, sum}
 import org.apache.spark.sql.memphis.SparkRuntime

@@ -4,7 +4,7 @@ import java.nio.file.Files
 import java.security.PrivilegedExceptionAction
 
 import io.memphis.conf.CacheStats.Counter
-import io.memphis.reuse.LineageCache
+import io.memphis.facade.LineageCache
 import org.apache.hadoop.security.UserGroupInformation
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.CurrentUserContext

@@ -11,8 +11,6 @@ package io.memphis.cache
  *    mini-batch loops, whose shallow shared inputs recur.
  */
 object EvictionPolicy {
-  val Names: Seq[String] = Seq("costnsize", "lru", "dagheight")
-
   def score(policy: String, e: CacheEntry): Double = policy match {
     case "lru" => e.lastAccess.toDouble
     case "dagheight" => 1.0 / e.key.height

@@ -124,7 +124,7 @@ object QueryCandidates {
    */
   def candidateKeys(session: SparkSession, analyzed: LogicalPlan): Seq[(LineageKey, Seq[String])] = {
     val plan = InlineCtes.inlined(analyzed)
-    val found = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).collect {
+    val found = LineageKey.ofSubplans(plan, SessionKeyContext(session)).collect {
       case (subplan, Right(key)) if isCandidate(subplan, plan) => key
     }
     val hashes = mutable.Set.empty[String]

@@ -118,7 +118,7 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
     val subqueries = if (table.holdsAny) QueryCandidates.subqueryPlans(query.plan) else Nil
     if (subqueries.isEmpty) Nil
     else {
-      val context = MemphisConf.keyContext(session)
+      val context = SessionKeyContext(session)
       subqueries.flatMap { sub =>
         val keys = new java.util.IdentityHashMap[LogicalPlan, LineageKey.Result]()
         LineageKey.ofSubplans(sub, context).foreach { case (p, r) => keys.put(p, r) }

@@ -1,6 +1,6 @@
 package io.memphis.cache
 
-import io.memphis.reuse.{QueryContext, ShuffleOffer}
+import io.memphis.conf.Suspension
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.execution.SparkPlan
@@ -10,7 +10,7 @@ import org.apache.spark.storage.StorageLevel
 /**
  * The one place memphis talks to Spark's CacheManager, which stores the data and substitutes cached
  * relations into queries. A cache or uncache runs with memphis's rules off on its thread
- * ([[QueryContext.suspended]]): the CacheManager normalizes the plans it is handed, which would run
+ * ([[Suspension.suspended]]): the CacheManager normalizes the plans it is handed, which would run
  * them again. Called under the lineage cache's lock (the CacheManager's own lock comes second).
  */
 final class SparkCache {
@@ -22,10 +22,10 @@ final class SparkCache {
    * (kept by its first occurrence) are on offer to its planning, and `reused` is told how many it read.
    */
   def cache(session: SparkSession, plan: LogicalPlan, name: String, shuffles: Seq[SparkPlan], reused: Int => Unit): Unit =
-    QueryContext.suspended(
+    Suspension.suspended(
       SparkShimImpl.cacheQuery(caching.of(session), ShuffleOffer(shuffles, reused, plan), Some(name), StorageLevel.MEMORY_AND_DISK))
 
-  def uncache(session: SparkSession, plan: LogicalPlan): Unit = QueryContext.suspended(SparkShimImpl.uncacheQuery(session, plan))
+  def uncache(session: SparkSession, plan: LogicalPlan): Unit = Suspension.suspended(SparkShimImpl.uncacheQuery(session, plan))
 
   /** Whether every partition of the relation Spark holds for `plan` is stored (what its CacheManager checks before a re-cache). */
   def loaded(session: SparkSession, plan: LogicalPlan): Boolean =

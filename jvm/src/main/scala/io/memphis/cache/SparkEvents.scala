@@ -1,7 +1,7 @@
 package io.memphis.cache
 
 /**
- * What Spark's listener reports ([[io.memphis.reuse.StorageListener]]) and the slower-query guard's
+ * What Spark's listener reports ([[io.memphis.facade.StorageListener]]) and the slower-query guard's
  * executions: the one way in for events from Spark's threads, each applied under the entry table's lock.
  */
 final class SparkEvents(table: EntryTable, storage: StorageTracking, slower: SlowerQueries) {

@@ -11,7 +11,7 @@ import org.apache.spark.sql.memphis.SparkRuntime
 
 /**
  * What Spark's block managers store of the entries' cached relations, as its listener reports it
- * ([[io.memphis.reuse.StorageListener]]): "materialized" is confirmed, not assumed; partitions lost
+ * ([[io.memphis.facade.StorageListener]]): "materialized" is confirmed, not assumed; partitions lost
  * to Spark's own LRU or a lost executor are noticed; which running jobs read an entry (it is not
  * evicted under them); relations unpersisted outside memphis. Every method runs under the table's lock.
  * `materialized` is told of each entry that becomes materialized (the durable tier writes it).

@@ -4,14 +4,8 @@ import java.util.Locale
 
 import scala.util.Try
 
-import io.memphis.cache.{CachedRelation, EvictionPolicy, OwnerMark}
-import io.memphis.checkpoint
-import io.memphis.lineage.KeyContext
-import io.memphis.reuse.{QueryContext, RetainShuffle}
-import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.memphis.{SparkRuntime, SparkShimImpl}
+import org.apache.spark.sql.memphis.SparkRuntime
 
 /**
  * Every `spark.memphis.*` key: its default, what values are allowed, what it means. Values are
@@ -78,11 +72,14 @@ object MemphisConf {
       "last 16 such aggregates recurred (at least one), instead of at its second occurrence; false always " +
       "waits for reuse.minOccurrences.")(parseBoolean)
 
+  /** The eviction policies `evictionPolicy` names ([[io.memphis.cache.EvictionPolicy]] scores them). */
+  val EvictionPolicies: Seq[String] = Seq("costnsize", "lru", "dagheight")
+
   val EvictionPolicyName: Entry[String] = Entry(
-    Prefix + "evictionPolicy", "costnsize", s"one of ${EvictionPolicy.Names.mkString(", ")}",
+    Prefix + "evictionPolicy", "costnsize", s"one of ${EvictionPolicies.mkString(", ")}",
     "Which cached subplan goes first when memphis holds more than its budget: costnsize the lowest " +
       "measured cost x (1 + hits + misses) / size, lru the least recently used, dagheight the deepest subplan.")(
-    v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(EvictionPolicy.Names.contains))
+    v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(EvictionPolicies.contains))
 
   val CheckpointMinHeight: Entry[Int] = Entry(
     Prefix + "checkpoint.minHeight", "40", "a whole number from 2 to 100000",
@@ -219,26 +216,6 @@ object MemphisConf {
 
   All.foreach(e => SparkRuntime.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed, e.static))
 
-  /** What lineage keys depend on besides the plan, from the session's confs. */
-  def keyContext(session: SparkSession): KeyContext = {
-    val conf = SparkShimImpl.sqlConf(session)
-    new KeyContext(() => SparkShimImpl.newHadoopConf(session), conf.caseSensitiveAnalysis,
-      s"parallelism=${session.sparkContext.defaultParallelism},maxPartitionBytes=${conf.filesMaxPartitionBytes}," +
-        s"openCost=${conf.filesOpenCostInBytes},minPartitions=${conf.filesMinPartitionNum}",
-      LineageMaxListedFiles.get(conf), userCaches(session))
-  }
-
-  /**
-   * The plan of the user's cached relation Spark substitutes for a plan (memphis's own relations,
-   * named `memphis …`, and its marks left out), when Spark holds one a user made. Looked up with
-   * memphis's rules off: Spark normalizes the plan it is handed, which would run them.
-   */
-  private def userCaches(session: SparkSession): Option[LogicalPlan => Option[LogicalPlan]] =
-    if (!SparkRuntime.holdsCachedOtherThan(session, CachedRelation.NamePrefix)) None
-    else Some(plan => QueryContext.suspended(SparkShimImpl.lookupCachedData(session, plan))
-      .filterNot(_.cachedRepresentation.cacheBuilder.tableName.exists(_.startsWith(CachedRelation.NamePrefix)))
-      .map(cached => RetainShuffle.strip(OwnerMark.strip(cached.plan))))
-
   /** Forces the SQLConf registration above; call before a session reads or sets memphis keys. */
   def register(): Unit = ()
 
@@ -251,7 +228,7 @@ object MemphisConf {
 
   /**
    * Fails with every problem in `settings` (other keys are ignored), naming key, value and what is
-   * allowed, and with the `more` problems found otherwise (see [[directoryProblems]]).
+   * allowed, and with the `more` problems found otherwise (see [[io.memphis.MemphisSparkSessionExtension.directoryProblems]]).
    */
   def validate(settings: Iterable[(String, String)], more: Seq[String] = Nil): Unit = {
     val problems = settings.toSeq.sortBy(_._1).collect {
@@ -260,20 +237,6 @@ object MemphisConf {
     if (problems.nonEmpty) {
       throw new MemphisConfigException(s"Invalid memphis configuration: ${problems.mkString("; ")}. " +
         "A SparkContext keeps the conf it started with: stop it before retrying with other values.")
-    }
-  }
-
-  /**
-   * The problems with `checkpoint.dir` and `durable.dir` in the SparkConf, if any: a directory memphis
-   * cannot make or write. (The durable tier's default folder is not checked here: when it cannot be
-   * used, the tier is off, with a warning.)
-   */
-  def directoryProblems(sc: org.apache.spark.SparkContext): Seq[String] = {
-    val checkpoints = sc.getConf.getOption(CheckpointDir.key).flatMap(CheckpointDir.parse).filter(_.nonEmpty)
-    val durableRoot = sc.getConf.getOption(DurableDir.key).flatMap(io.memphis.durable.DurableLayout.explicitRoot)
-    Seq(CheckpointDir -> checkpoints, DurableDir -> durableRoot).flatMap { case (entry, dir) =>
-      dir.toSeq.flatMap(d => checkpoint.CheckpointFiles.unusable(d, sc.hadoopConfiguration)
-        .map(why => s"${entry.key}=$d is not allowed: $why; expected ${entry.allowed}"))
     }
   }
 

@@ -2,10 +2,9 @@ package io.memphis.durable
 
 import java.util.UUID
 
-import io.memphis.conf.CacheStats
+import io.memphis.conf.{CacheStats, Suspension}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
-import io.memphis.reuse.QueryContext
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
@@ -39,7 +38,7 @@ private[durable] final class DurableWriter(files: DurableFiles, admission: Durab
   def write(session: SparkSession, folder: Path, job: WriteJob, why: String): Unit =
     commit(folder, job.key, job.owner, job.costMs, why) { data =>
       SparkRuntime.inBackgroundJob(session, "memphis-durable", s"memphis: durable write of ${job.key.hash}") {
-        QueryContext.suspended {
+        Suspension.suspended {
           val columns = job.plan.output.zipWithIndex.map { case (a, i) => Alias(a, s"c$i")() }
           SparkShimImpl.dataFrame(session, Project(columns, job.plan)).write.parquet(data.toString)
         }

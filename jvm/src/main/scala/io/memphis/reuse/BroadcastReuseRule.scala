@@ -5,8 +5,10 @@ import java.util.IdentityHashMap
 import scala.util.control.NonFatal
 
 import io.memphis.broadcasts.{JoinBroadcasts, PlannedBroadcast}
+import io.memphis.cache.SessionKeyContext
 import io.memphis.conf.{CacheStats, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
+import io.memphis.facade.LineageCache
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.rules.Rule
@@ -53,7 +55,7 @@ final class BroadcastReuseRule(session: SparkSession, asQueryStage: Boolean) ext
     // Read only for plans with broadcasts: it sums memphis's entries.
     val budget = cache.budgets(conf).joinBroadcastBudget
     if (budget <= 0) return plan
-    val context = MemphisConf.keyContext(session)
+    val context = SessionKeyContext(session)
     val reuses = new IdentityHashMap[SparkPlan, SparkPlan]
     exchanges.foreach { exchange =>
       val key = PhysicalPlans.broadcastBuildSide(exchange).map(LineageKey.of(_, context))

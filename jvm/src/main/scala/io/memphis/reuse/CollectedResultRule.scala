@@ -2,7 +2,7 @@ package io.memphis.reuse
 
 import java.util.IdentityHashMap
 
-import io.memphis.cache.{Executions, QueryCandidates}
+import io.memphis.cache.{Executions, QueryCandidates, SessionKeyContext}
 import io.memphis.collected.{CollectedResult, KeepRequest, KeptResult}
 import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
@@ -111,7 +111,7 @@ object CollectedResultRule {
           }
       }
 
-    private lazy val context = MemphisConf.keyContext(session)
+    private lazy val context = SessionKeyContext(session)
 
     /**
      * The rows of `p` (of key `k`) an earlier process collected, from the durable tier: kept from now

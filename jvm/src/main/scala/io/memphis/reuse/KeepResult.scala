@@ -4,6 +4,7 @@ import scala.util.control.NonFatal
 
 import io.memphis.collected.KeepRequest
 import io.memphis.conf.CacheStats
+import io.memphis.facade.LineageCache
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, SortOrder}

@@ -1,7 +1,8 @@
 package io.memphis.reuse
 
-import io.memphis.conf.{ConnectSessions, MemphisConf}
-import io.memphis.cache.Executions
+import io.memphis.cache.{Executions, SessionKeyContext}
+import io.memphis.conf.ConnectSessions
+import io.memphis.facade.LineageCache
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -35,29 +36,8 @@ final class QueryContext(val session: SparkSession) {
   def keys(plan: LogicalPlan): Seq[(LogicalPlan, LineageKey.Result)] = keyed match {
     case Some((p, keys)) if p eq plan => keys
     case _ =>
-      val keys = LineageKey.ofSubplans(plan, MemphisConf.keyContext(session))
+      val keys = LineageKey.ofSubplans(plan, SessionKeyContext(session))
       keyed = Some(plan -> keys)
       keys
-  }
-}
-
-object QueryContext {
-  // A ThreadLocal because Spark gives no other way in: the CacheManager normalizes, on the caller's
-  // thread, the plans memphis hands it, and the rule must know those calls are memphis's own. It
-  // is a re-entrancy guard, not state passed between phases.
-  private val suspendedHere: ThreadLocal[Boolean] = ThreadLocal.withInitial(() => false)
-
-  /** Whether memphis's own Spark calls run on this thread (the phases then leave plans alone). */
-  def isSuspended: Boolean = suspendedHere.get()
-
-  /**
-   * Runs `f` with memphis's phases off on this thread. Spark's CacheManager normalizes every plan
-   * it is asked to cache or uncache, which runs them again: memphis's own calls must not count as
-   * queries (an uncache would persist the subplans of what it lets go).
-   */
-  def suspended[T](f: => T): T = {
-    val before = suspendedHere.get()
-    suspendedHere.set(true)
-    try f finally suspendedHere.set(before)
   }
 }

@@ -1,6 +1,7 @@
 package io.memphis.reuse
 
 import io.memphis.cache.PendingObservation
+import io.memphis.facade.LineageCache
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan

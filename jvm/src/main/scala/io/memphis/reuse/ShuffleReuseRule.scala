@@ -1,12 +1,11 @@
 package io.memphis.reuse
 
 import java.util.IdentityHashMap
-import java.util.concurrent.atomic.AtomicReference
 
+import io.memphis.cache.ShuffleOffer
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, SortOrder}
-import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
 import org.apache.spark.sql.catalyst.plans.physical.Partitioning
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.execution.{SparkPlan, UnaryExecNode}
@@ -50,46 +49,6 @@ final class ShuffleReuseRule(asQueryStage: Boolean) extends Rule[SparkPlan] {
       plan.transformDown { case p if reuses.containsKey(p) => reuses.get(p) }
     }
   }
-}
-
-/**
- * The root of a plan memphis hands Spark's CacheManager to persist, carrying the shuffles its first
- * occurrence kept to [[ShuffleReuseRule]], which reads the cached plan's physical form. The offer
- * rides on the plan because Spark plans it inside the CacheManager's call, where memphis cannot
- * pass anything else. Invisible to plan comparison (its child's canonical form), so the
- * CacheManager matches the cached plan as if it were not there.
- *
- * The CacheManager keeps the plan, node included, and plans it again on a re-cache (after a write to
- * a source): the offer is taken once, so that a re-cache computes afresh, as it must, and memphis's
- * normalization drops the node there ([[io.memphis.QueryNormalization]]).
- */
-final case class ShuffleOffer(offer: ShuffleOffer.Offer, child: LogicalPlan) extends UnaryNode {
-  override def output: Seq[Attribute] = child.output
-  // The CacheManager's relation takes its ordering from the plan's root.
-  override def outputOrdering: Seq[SortOrder] = child.outputOrdering
-  override def maxRows: Option[Long] = child.maxRows
-  override protected def doCanonicalize(): LogicalPlan = child.canonicalized
-  override protected def withNewChildInternal(newChild: LogicalPlan): ShuffleOffer = copy(child = newChild)
-}
-
-object ShuffleOffer {
-  /** Retained shuffles, and what to call with how many of them the cached plan reads; taken once. */
-  final class Offer(shuffles: Seq[SparkPlan], val reused: Int => Unit) {
-    private val left = new AtomicReference[Seq[SparkPlan]](shuffles)
-
-    /** The shuffles, the first time; after that None (and they are no longer held here). */
-    def take(): Option[Seq[SparkPlan]] = Option(left.getAndSet(null))
-  }
-
-  /** `plan` without the offer at its root. */
-  def strip(plan: LogicalPlan): LogicalPlan = plan match {
-    case ShuffleOffer(_, child) => child
-    case _ => plan
-  }
-
-  /** `plan` under the offer of `shuffles` (as it is when none are kept). */
-  def apply(shuffles: Seq[SparkPlan], reused: Int => Unit, plan: LogicalPlan): LogicalPlan =
-    if (shuffles.isEmpty) plan else ShuffleOffer(new Offer(shuffles, reused), plan)
 }
 
 /** The offer's node planned: removed by [[ShuffleReuseRule]] before anything runs; passes its child's rows through. */

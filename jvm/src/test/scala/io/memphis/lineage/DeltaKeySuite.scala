@@ -2,9 +2,10 @@ package io.memphis.lineage
 
 import java.nio.file.Files
 
+import io.memphis.cache.SessionKeyContext
 import io.memphis.conf.MemphisConf
 import io.memphis.conf.CacheStats.Counter
-import io.memphis.reuse.LineageCache
+import io.memphis.facade.LineageCache
 import org.apache.spark.sql.{DataFrame, Dataset, SparkSession}
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.memphis.{CacheTestShim, SparkRuntime, SparkShimImpl}
@@ -25,7 +26,7 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
   override def afterAll(): Unit = spark.stop()
 
   private def key(df: Dataset[_]): LineageKey =
-    LineageKey.of(SparkShimImpl.analyzedPlan(df), MemphisConf.keyContext(spark))
+    LineageKey.of(SparkShimImpl.analyzedPlan(df), SessionKeyContext(spark))
       .fold(reason => fail(s"no key: $reason"), identity)
 
   private def latest: DataFrame = latest(path)
@@ -69,7 +70,7 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
       val invalidated = stats.get(Counter.Invalidated)
 
       spark.sql(s"VACUUM delta.`$at` RETAIN 0 HOURS")
-      val reason = LineageKey.of(SparkShimImpl.analyzedPlan(pinned(at, 0)), MemphisConf.keyContext(spark)).left.toOption
+      val reason = LineageKey.of(SparkShimImpl.analyzedPlan(pinned(at, 0)), SessionKeyContext(spark)).left.toOption
       assert(reason.exists(_.contains("is gone")), s"no key after the VACUUM: $reason")
       assert(key(pinned(at, 1)).allSources.head.describe.contains("version 1, pinned"), "version 1's file is kept")
       intercept[Exception](perBucket(0))

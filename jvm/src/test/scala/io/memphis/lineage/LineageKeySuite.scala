@@ -6,7 +6,7 @@ import java.nio.file.{Files, StandardCopyOption}
 import org.apache.spark.sql.{Dataset, SparkSession}
 import org.apache.spark.sql.functions._
 import io.memphis.PythonFacade
-import io.memphis.conf.MemphisConf
+import io.memphis.cache.SessionKeyContext
 import org.apache.spark.sql.memphis.SparkShimImpl
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
@@ -122,7 +122,7 @@ class LineageKeySuite extends AnyFunSuite with BeforeAndAfterAll {
         case Left(why) => assert(why.toLowerCase.contains(reason), s"$expression: $why")
         case Right(k) => fail(s"$expression got key ${k.hash}")
       }
-      val subplans = LineageKey.ofSubplans(SparkShimImpl.analyzedPlan(df), MemphisConf.keyContext(spark))
+      val subplans = LineageKey.ofSubplans(SparkShimImpl.analyzedPlan(df), SessionKeyContext(spark))
       assert(subplans.exists { case (_, r) => r.exists(_.hash == belowKey.hash) }, s"$expression: below lost its key")
     }
   }
@@ -169,7 +169,7 @@ class LineageKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     assertSame(spark.sql(withCte), spark.sql(withCte))
     assertSame(spark.sql(withCte), spark.sql(inlined))
     assert(!SparkShimImpl.analyzedPlan(spark.sql(withCte)).exists(_.nodeName == "WithCTE") ||
-      LineageKey.of(SparkShimImpl.analyzedPlan(spark.sql(withCte)), MemphisConf.keyContext(spark)).isLeft,
+      LineageKey.of(SparkShimImpl.analyzedPlan(spark.sql(withCte)), SessionKeyContext(spark)).isLeft,
       "the test is of a plan Spark analyzes with its CTEs apart")
   }
 

@@ -7,6 +7,7 @@ import io.memphis.collected.{CollectedResult, CollectedResults, KeepRequest}
 import io.memphis.conf.{CacheStats, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.{LineageKey, LocalContent}
+import io.memphis.facade.LineageCache
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan}

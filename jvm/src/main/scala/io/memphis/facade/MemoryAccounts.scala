@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.facade
 
 import io.memphis.cache.HeapPressure
 import io.memphis.conf.MemphisConf

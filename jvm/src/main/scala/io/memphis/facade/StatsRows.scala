@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.facade
 
 import io.memphis.cache.HeapPressure
 import org.apache.spark.sql.internal.SQLConf

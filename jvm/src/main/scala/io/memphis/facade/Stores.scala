@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.facade
 
 import io.memphis.broadcasts.JoinBroadcasts
 import io.memphis.checkpoint.Checkpoints

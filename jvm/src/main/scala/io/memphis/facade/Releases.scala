@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.facade
 
 import io.memphis.cache.{EntryTable, Eviction, SlowerQueries, SparkCache, StorageTracking}
 import io.memphis.conf.ConnectSessions

@@ -1,15 +1,16 @@
-package io.memphis.reuse
+package io.memphis.facade
 
 import io.memphis.broadcasts.JoinBroadcasts
 import io.memphis.cache.{CacheEntry, EntryState, EntryTable, Eviction, Executions, HeapPressure, OwnerMark, PendingObservation,
-  QueryCandidates, QueryConf, ReuseActions, ReusePolicy, SlowerQueries, SparkCache, SparkEvents, StorageTracking}
+  QueryCandidates, QueryConf, RetainShuffle, ReuseActions, ReusePolicy, SessionKeyContext, SlowerQueries, SparkCache, SparkEvents,
+  StorageTracking}
 import io.memphis.checkpoint.Checkpoints
 import io.memphis.collected.CollectedResults
 import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.durable.DurableTier
+import io.memphis.facade.LineageCache.Marks
 import io.memphis.lineage.{InlineCtes, LineageKey}
-import io.memphis.reuse.LineageCache.Marks
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -51,7 +52,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private val storage = new StorageTracking(sparkContext, table, spark, eviction, stats, durable.materialized)
   private val slower = new SlowerQueries(eviction, stats)
   private val actions = new ReuseActions(table, spark, stats, budgets(_).storageShare, () => currentExecution)
-  private[reuse] val pressure = new PressureValve(sparkContext, table, eviction, stores)
+  private[facade] val pressure = new PressureValve(sparkContext, table, eviction, stores)
 
   /** What Spark's listener reports, and the slower-query guard's executions. */
   val events = new SparkEvents(table, storage, slower)
@@ -146,7 +147,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
    */
   def persistShared(session: SparkSession, analyzed: LogicalPlan, hash: String, reason: String): Boolean = {
     val plan = InlineCtes.inlined(analyzed)
-    LineageKey.ofSubplans(plan, MemphisConf.keyContext(session)).collectFirst {
+    LineageKey.ofSubplans(plan, SessionKeyContext(session)).collectFirst {
       case (subplan, Right(key)) if key.hash == hash && QueryCandidates.isCandidate(subplan, plan) => (subplan, key)
     }.exists { case (subplan, key) =>
       table.locked(eviction.session = Some(session))

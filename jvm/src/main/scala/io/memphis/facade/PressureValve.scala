@@ -1,4 +1,4 @@
-package io.memphis.reuse
+package io.memphis.facade
 
 import io.memphis.cache.{EntryTable, Eviction, EvictionPolicy, HeapPressure}
 import io.memphis.conf.CacheStats.Counter
