@@ -121,7 +121,10 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(latestHits == 0 && stats.get(Counter.Invalidated) + stats.get(Counter.Evicted) == letGo + 1,
       "the latest read recomputes")
     assert(CacheTestShim.cachedPlans(spark).size == sparkHolds - 1, "Spark holds no relation memphis let go")
-    assert(pinnedHits == 1, "the pinned read is still served")
+    // Seen once on the 4.1 line in CI, not since: say which of memphis's timing-driven releases (the
+    // slower-query guard, the heap's pressure valve) let the pinned entry go, if one did.
+    assert(pinnedHits == 1, s"the pinned read is still served (refused as slower: ${stats.get(Counter.RefusedSlower)}, " +
+      s"released under heap pressure: ${stats.get(Counter.PressureReleases)})")
     assert(latestAfter.map(_._2).sum == 160 && pinnedAfter.map(_._2).sum == 100)
 
     spark.conf.set("spark.memphis.enabled", "false")
