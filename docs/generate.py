@@ -1,7 +1,7 @@
 """Writes the generated parts of the docs, so that a fact is written once:
 
 - configuration.md's table of ``spark.memphis.*`` keys, from the conf table the build writes into the
-  jar (``io.memphis.MemphisConf`` declares it; ``memphis.jar_facts.conf_table()`` reads it);
+  jar (``io.memphis.conf.MemphisConf`` declares it; ``memphis.jar_facts.conf_table()`` reads it);
 - benchmarks.md's results, from the files the benchmark scripts write into ``benchmarks/results/``.
 
 Each goes between a pair of marker comments; the text around them is hand-written. Run
