@@ -67,14 +67,19 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
       val answers = (1 to 3).map(_ => perBucket(0))
       assert(answers.distinct == Seq(Seq(33L, 33L, 34L)) && stats.get(Counter.Hits) == hits + 1,
         "persisted at its 2nd occurrence, served at its 3rd")
-      val invalidated = stats.get(Counter.Invalidated)
+      val letGo = stats.get(Counter.Invalidated) + stats.get(Counter.Evicted)
 
       spark.sql(s"VACUUM delta.`$at` RETAIN 0 HOURS")
+      // A Delta release that re-caches the plans over the table's path at a VACUUM tells memphis on the
+      // listener bus that its relation was replaced (evicted); one that does not leaves the entry to be
+      // invalidated at the next read. Either way it goes once; the bus is drained so that the count is
+      // not a race between the bus and this thread.
+      SparkRuntime.awaitListeners(spark.sparkContext, 30000)
       val reason = LineageKey.of(SparkShimImpl.analyzedPlan(pinned(at, 0)), SessionKeyContext(spark)).left.toOption
       assert(reason.exists(_.contains("is gone")), s"no key after the VACUUM: $reason")
       assert(key(pinned(at, 1)).allSources.head.describe.contains("version 1, pinned"), "version 1's file is kept")
       intercept[Exception](perBucket(0))
-      assert(stats.get(Counter.Invalidated) == invalidated + 1, "the entry of version 0 is let go")
+      assert(stats.get(Counter.Invalidated) + stats.get(Counter.Evicted) == letGo + 1, "the entry of version 0 is let go")
       spark.conf.set("spark.memphis.enabled", "false")
       try intercept[Exception](perBucket(0)) finally spark.conf.set("spark.memphis.enabled", "true")
     } finally {
