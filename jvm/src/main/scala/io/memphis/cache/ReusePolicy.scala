@@ -14,7 +14,9 @@ import scala.collection.mutable
  * mark would change that one's input, whose second occurrence, planned alone, would then not match
  * its kept shuffle); a held one that Spark substitutes is served, and nothing under it is looked at (it
  * is not computed); any other counts an occurrence and is due on its `minOccurrences`-th, or at
- * once when it was evicted (it already proved its reuse). Of the due ones that admission lets
+ * once when it was evicted (it already proved its reuse). Only another query's ask is an occurrence:
+ * the same subplan again in one query (a WITH clause inlined twice, a self-join) is computed once by
+ * Spark's own exchange reuse, and persisting it there only adds the cost of filling a cache. Of the due ones that admission lets
  * through, [[choose]] picks which to persist.
  */
 object ReusePolicy {
@@ -65,12 +67,14 @@ object ReusePolicy {
     val observed = mutable.ArrayBuffer.empty[Observation]
     val served, due, retain, met = mutable.ArrayBuffer.empty[Int]
     val ahead = mutable.Map.empty[String, String]
+    val metInQuery = mutable.Set.empty[String]
     candidates.indices.foreach { i =>
       val c = candidates(i)
       if (!served.exists(c.within.contains)) c.key match {
         case Left(reason) => observed += NoKey(i, reason)
         case Right(id) =>
           if (c.othersHold) observed += OtherUsers(i)
+          val again = !metInQuery.add(id)
           known.get(id) match {
             case _ if c.collides => observed += Collision(i)
             case None =>
@@ -92,6 +96,13 @@ object ReusePolicy {
                     retain += i
                   }
                 }
+              }
+            case Some(p) if again =>
+              // Again in this same query (a WITH clause inlined twice, a self-join): Spark's own exchange and
+              // subquery reuse computes it once; only another query's ask counts as a recurrence.
+              if (EntryState.Holding.contains(p.state) && c.cached) {
+                observed += Hit(i)
+                served += i
               }
             case Some(p) =>
               val occurrences = p.occurrences + 1

@@ -5,7 +5,7 @@ import io.memphis.cache.{CacheEntry, EntryState, EntryTable, Eviction, Execution
   QueryCandidates, QueryConf, RetainShuffle, ReuseActions, ReusePolicy, SessionKeyContext, SlowerQueries, SparkCache, SparkEvents,
   StorageTracking}
 import io.memphis.checkpoint.Checkpoints
-import io.memphis.collected.CollectedResults
+import io.memphis.collected.{CollectedResults, KeepRequest, KeptResult}
 import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.durable.DurableTier
@@ -13,10 +13,12 @@ import io.memphis.facade.LineageCache.Marks
 import io.memphis.lineage.{InlineCtes, LineageKey}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShimImpl
+import org.apache.spark.sql.types.DataType
 
 /**
  * The driver's lineage cache of Spark subplans. One per SparkContext, shared by its sessions, as
@@ -80,6 +82,24 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /** Bytes of memphis's own structures on the driver heap (read without the lock: see [[EntryTable]]). */
   def structureBytes: Long = table.structureBytes
+
+  /**
+   * Keeps the rows a query collected for `request` within the driver heap's budget, which kept results
+   * share with join broadcasts ([[PressureValve.fit]]): the result, when kept.
+   */
+  def keepCollected(request: KeepRequest, rows: Array[InternalRow], conf: SQLConf): Option[KeptResult] = {
+    val kept = collected.offer(request, rows, budgets(conf).collectedResultsBudget)
+    if (kept.isDefined) pressure.fit(budgets(conf).collectedResultsBudget)
+    kept
+  }
+
+  /** Keeps the rows of `key`'s subplan another process collected (read from the durable tier) as [[keepCollected]] does. */
+  def adoptCollected(id: String, key: LineageKey, types: Seq[DataType], rows: IndexedSeq[InternalRow], costMs: Long,
+      conf: SQLConf): KeptResult = {
+    val adopted = collected.adopt(id, key, types, rows, costMs, budgets(conf).collectedResultsBudget)
+    pressure.fit(budgets(conf).collectedResultsBudget)
+    adopted
+  }
 
   /** Bytes the first occurrences' kept shuffles take on local disk. */
   def retainedShuffleBytes: Long = table.retainedShuffleBytes

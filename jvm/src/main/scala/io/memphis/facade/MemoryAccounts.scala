@@ -60,8 +60,11 @@ final class MemoryAccounts(cache: LineageCache, conf: SQLConf) {
     MemphisConf.BroadcastJoinMaxBytes.get(conf).fold(room)(math.min(_, room))
   }
 
-  /** What kept collected results may take: the driver heap's budget less memphis's own structures and join broadcasts. */
-  lazy val collectedResultsBudget: Long = math.max(0L, driverHeapBudget - cache.structureBytes - cache.broadcasts.heldBytes)
+  /**
+   * What kept collected results may take: the driver heap's budget less memphis's own structures. Join
+   * broadcasts worth less per byte give way to them ([[PressureValve.fit]]), not the other way round.
+   */
+  lazy val collectedResultsBudget: Long = math.max(0L, driverHeapBudget - cache.structureBytes)
 
   lazy val localDiskHeld: Long = cache.retainedShuffleBytes + cache.checkpoints.localFileBytes
 

@@ -6,11 +6,16 @@ import io.memphis.conf.MemphisConf
 import org.apache.spark.SparkContext
 
 /**
- * The driver heap's pressure valve, apart from the facade because it reaches every store that holds
- * data on the heap: when the heap stays above its threshold after a collection ([[HeapPressure]]),
- * lets go of join broadcasts, kept collected results and, in local mode, where executors' storage is
- * the driver heap, idle materialized entries, lowest value per byte first (see [[Eviction.relieve]]).
- * Spark would otherwise run out of memory with them referenced.
+ * What memphis holds on the driver heap, apart from the facade because it reaches every store that
+ * holds data there: join broadcasts and kept collected results, one budget and one score (value per
+ * byte) for both.
+ *  - The pressure valve: when the heap stays above its threshold after a collection
+ *    ([[HeapPressure]]), lets go of them and, in local mode, where executors' storage is the driver
+ *    heap, of idle materialized entries, lowest value per byte first (see [[Eviction.relieve]]).
+ *    Spark would otherwise run out of memory with them referenced.
+ *  - The budget: a result kept may take the room of join broadcasts worth less per byte (a query's
+ *    rows are a few KiB standing for seconds of work; a broadcast hash relation tens of MiB standing
+ *    for its build), so after one is kept the least valuable of both stores go until they fit.
  */
 final class PressureValve(sparkContext: SparkContext, table: EntryTable, eviction: Eviction, stores: Stores) {
   private val pressure = new HeapPressure(MemphisConf.DriverPressureThreshold.parse(sparkContext.getConf.get(
@@ -18,10 +23,26 @@ final class PressureValve(sparkContext: SparkContext, table: EntryTable, evictio
 
   def relieve(): Unit = if (pressure.crossed()) table.locked {
     val why = s"heap pressure (${pressure.describe})"
+    eviction.relieve(why, held(Counter.PressureReleases, Counter.PressureReleases, why), onDriverHeap = sparkContext.isLocal)
+  }
+
+  /** Lets go of the broadcasts and kept results of least value per byte until they take at most `budget` bytes. */
+  def fit(budget: Long): Unit = table.locked {
+    val why = s"over the driver heap's budget of $budget bytes (least value per byte)"
+    var over = stores.broadcasts.heldBytes + stores.collected.heldBytes - budget
+    held(Counter.BroadcastsReleased, Counter.ResultsReleased, why).sortBy(_._1).iterator.takeWhile(_ => over > 0)
+      .foreach { case (_, bytes, let) =>
+        let()
+        over -= bytes
+      }
+  }
+
+  /** Each broadcast and kept result: its value per byte, its bytes, and how to let it go (counted as given). */
+  private def held(broadcastCounter: Counter.Value, resultCounter: Counter.Value, why: String) = {
     val (broadcasts, collected) = (stores.broadcasts, stores.collected)
-    eviction.relieve(why, broadcasts.retained.map(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.bytes,
-      () => broadcasts.release(r, Counter.PressureReleases, why))) ++
+    broadcasts.retained.map(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.bytes,
+      () => broadcasts.release(r, broadcastCounter, why))) ++
       collected.retained.map(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.bytes,
-        () => collected.release(r, Counter.PressureReleases, why))), onDriverHeap = sparkContext.isLocal)
+        () => collected.release(r, resultCounter, why)))
   }
 }

@@ -124,7 +124,7 @@ object CollectedResultRule {
         if (executing) {
           cache.stats.record(Counter.DurableHits, s"${k.hash}: the ${rows.size} rows a query collected in ${m.costMs} ms " +
             s"read from the durable tier, not computed")
-          results.adopt(id, k, types(p), rows, m.costMs, cache.budgets(conf).collectedResultsBudget)
+          cache.adoptCollected(id, k, types(p), rows, m.costMs, conf)
         } else new KeptResult(id, k, types(p), rows, 0L, m.costMs, System.currentTimeMillis())
       }
 

@@ -46,7 +46,7 @@ final case class KeepResultExec(request: KeepRequest, child: SparkPlan) extends 
     val rows = child.executeCollect()
     try {
       val cache = LineageCache.forContext(sparkContext)
-      cache.collected.offer(request, rows, cache.budgets(SQLConf.get).collectedResultsBudget)
+      cache.keepCollected(request, rows, SQLConf.get)
         .foreach(r => cache.durable.collected(r.key, request.owner, r.types, r.rows, r.costMs, r.bytes))
     } catch {
       case NonFatal(e) => CacheStats.log.warn(s"memphis: did not keep a collected result after an internal error: $e", e)

@@ -43,10 +43,16 @@ class ReusePolicySuite extends AnyFunSuite {
     assert(decide(Seq(join), Map("j" -> Past(EntryState.Evicted, 0)), conf = settings(min = 3)).due == Seq(0))
   }
 
-  test("the same subplan twice in one query counts twice") {
-    val d = decide(Seq(join.copy(key = Right("x")), agg.copy(key = Right("x"), within = Set(0))))
-    assert(d.observed == Seq(FirstSeen(0), Miss(1)))
-    assert(d.due == Seq(1))
+  test("the same subplan twice in one query counts once: Spark's exchange reuse computes it once") {
+    val twice = Seq(join.copy(key = Right("x")), agg.copy(key = Right("x"), within = Set(0)))
+    val first = decide(twice)
+    assert(first.observed == Seq(FirstSeen(0)) && first.due.isEmpty)
+    // Asked by an earlier query: this query is its second occurrence, counted at its first place in the plan.
+    val again = decide(twice, Map("x" -> Past(EntryState.Seen, 1)))
+    assert(again.observed == Seq(Miss(0)) && again.due == Seq(0))
+    // Held and substituted: served wherever it appears.
+    val held = decide(twice.map(_.copy(cached = true, within = Set.empty)), Map("x" -> Past(EntryState.Materialized, 2)))
+    assert(held.observed == Seq(Hit(0), Hit(1)) && held.served == Seq(0, 1))
   }
 
   test("a held entry that Spark substitutes is served, and nothing under it is looked at") {
