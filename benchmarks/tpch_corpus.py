@@ -1,20 +1,26 @@
-"""TPC-H's 22 queries on DuckDB-generated data: memphis off, then on, then on again, in one fresh JVM.
+"""TPC-H's 22 queries on DuckDB-generated data, a notebook session asked by plain Spark and by memphis in one fresh JVM.
 
     python benchmarks/tpch_corpus.py --sf 0.1 --driver-memory 1g --out /tmp/tpch_corpus.json
 
 The 8 tables come from DuckDB's dbgen (the duckdb-extension-tpch package carries the extension, loaded
 by path: nothing is downloaded) as Parquet under build/tpch/sf<SF>, generated once per scale and then
 reused. The queries are DuckDB's ``tpch_queries()`` with their LIMITs dropped, so that every answer can
-be compared as a multiset; the comma joins stay as TPC-H writes them. The 22 queries run in order with
-memphis off, then with memphis on from empty caches, then again with memphis on (the re-run, where
-memphis can serve what it kept); with --warmup after an untimed pass with memphis off, so that the
-off pass does not pay for the JIT's warm-up. Each on-answer must equal the off-answer. While queries
-run a background thread samples the JVM heap and memphis' counters every 0.2 s: the peak heap (used,
-and after GC) per phase, and at every sample each place memphis holds data (executors' storage,
-driver heap, local disk, Python host tier) against its budget, where the counters name both; each
-phase ends with a full GC and a read of the heap it left live. A
-failing query (an OutOfMemoryError, a timeout: --timeout) is recorded, not raised; once Spark is down
-(its JVM dead or hung, its SparkContext stopped) the run stops and reports.
+be compared as a multiset; the comma joins stay as TPC-H writes them.
+
+The session has three passes over the queries in order (``PASSES``): the first asks each for the first
+time, the second asks it again as it was, the third as edited (``edited()``: other years, as an analyst
+changes a filter; a query without a year asked as it was). In each pass every query is asked twice, by
+plain Spark (memphis off, which it neither sees nor counts) and by memphis, in alternating order, so
+that neither gets the warmer JVM more often; each memphis answer must equal plain Spark's of the same
+pass. Memphis starts the session from empty caches. With --warmup an untimed pass with memphis off
+runs first, so that the first pass does not pay for the JIT's warm-up.
+
+While queries run a background thread samples the JVM heap and memphis' counters every 0.2 s: the
+peak heap (used, and after GC) per phase, and at every sample each place memphis holds data
+(executors' storage, driver heap, local disk, Python host tier) against its budget, where the counters
+name both; each pass ends with a full GC and a read of the heap it left live. A failing query (an
+OutOfMemoryError, a timeout: --timeout) is recorded, not raised; once Spark is down (its JVM dead or
+hung, its SparkContext stopped) the run stops and reports.
 
 Progress goes to stderr, a summary table too; the report is the last line of stdout and, with --out,
 that file (and a .md of the table next to it). Exit status 1 when a query failed or answered
@@ -63,7 +69,13 @@ class Corpus:
 TPCH = Corpus("TPC-H", "tpch", "dbgen",
               ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"), 22,
               {2: 100, 3: 10, 10: 20, 18: 100, 21: 100})
-PHASES = ("off", "on", "rerun")
+# The session's passes, each asking every query twice, with plain Spark (memphis off) and with memphis, in
+# alternating order: (pass, plain phase, memphis phase). The first asks each query for the first time,
+# the second asks it again as it was, the third as edited (edited()).
+PASSES = (("first", "off", "on"), ("again", "again_off", "rerun"), ("edited", "edited_off", "edited"))
+PHASES = tuple(phase for _, plain, on in PASSES for phase in (plain, on))
+PLAIN_OF = {on: plain for _, plain, on in PASSES}
+MEMPHIS_PHASES = tuple(PLAIN_OF)
 # Where memphis holds data: (held key, budget key) of memphis.stats. A key the running jar does not
 # report leaves the place unchecked.
 PLACES = {
@@ -167,6 +179,20 @@ def queries(corpus: Corpus = TPCH) -> dict:
     if [n for n, _ in rows] != list(corpus.numbers):
         raise ValueError(f"{corpus.tag}_queries() returned queries {[n for n, _ in rows]}, expected 1..{corpus.count}")
     return {n: spark_sql(n, text, corpus) for n, text in rows}
+
+
+# A year of either corpus' data (TPC-H 1992-1998, TPC-DS 1998-2003), alone or in a date literal; and
+# TPC-DS' month numbers (d_month_seq 1176-1235, its years 1998-2002).
+YEAR = re.compile(r"(?<![\w.])(199[2-9]|200[0-3])(?![\w.])")
+MONTH_SEQ = re.compile(r"(?<![\w.])(117[6-9]|11[89]\d|12[0-3]\d)(?![\w.])")
+
+
+def edited(text: str) -> str:
+    """``text`` asked of another year, as an analyst edits a query between passes: every year in it
+    (``d_year = 2000``, ``'1994-01-01'``) one later, and in a query over ``d_month_seq`` its month
+    numbers twelve later. A query with neither stays as it was, and is asked again unchanged."""
+    text = YEAR.sub(lambda m: str(int(m.group(1)) + 1), text)
+    return MONTH_SEQ.sub(lambda m: str(int(m.group(1)) + 12), text) if "month_seq" in text else text
 
 
 def register(spark, directory: str, corpus: Corpus = TPCH):
@@ -354,10 +380,12 @@ def run_query(spark, number, text, phase, corpus=TPCH):
 
 
 def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2]", timeout_s=120.0,
-               deadline_s=None, warmup=False, root=None, confs=None, corpus=TPCH) -> dict:
+               deadline_s=None, warmup=False, root=None, confs=None, corpus=TPCH, plain_once=False) -> dict:
     """Generates (or reuses) the corpus' data (under ``root``, by default the corpus' build/<tag>),
     starts memphis' session in this process (with ``confs``, a dict of further Spark or memphis settings)
-    and runs the three phases, after a warm-up pass (memphis off, its answers unused) if ``warmup``.
+    and runs the three passes (``PASSES``), after a warm-up pass (memphis off, its answers unused) if ``warmup``.
+    With ``plain_once`` plain Spark does not ask a query again as it was (a pass fewer, for tests): the
+    re-run is compared with the first pass's plain run.
 
     Must be the first Spark session of the process: ``spark.driver.memory`` applies only to a JVM
     that starts now. Returns the report (see the module's doc); never raises for a query's failure.
@@ -396,50 +424,79 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
 
     report = {"corpus": corpus.name, "sf": sf, "driver_memory": driver_memory, "max_heap_bytes": max_heap,
               "master": master, "confs": confs or {}, "shuffle_partitions": shuffle_partitions, "timeout_s": timeout_s,
-              "warmup": warmup, "data_dir": directory,
+              "warmup": warmup, "plain_once": plain_once, "data_dir": directory, "edited": sorted(n for n, t in texts.items() if edited(t) != t),
               "generate_s": round(generate_s, 3), "environment": environment(spark),
               "runs": [], "phases": {}, "stopped": None}
-    answers = {}  # query -> off-answer
     sampler = Sampler(spark).start()
     worker = ThreadPoolExecutor(1, thread_name_prefix=f"{corpus.tag}-query")  # one thread, so one py4j connection
     down = None  # why Spark can run no more queries, once it cannot
     deadline = None if deadline_s is None else started + deadline_s
+    first_plain = {}  # with plain_once: query -> its first pass' plain record, with its answer
+
+    def ask(number, text, phase):
+        """Runs one query in ``phase`` (memphis on in a memphis phase): its record, with its answer
+        unless in the warm-up."""
+        nonlocal down
+        on = phase in MEMPHIS_PHASES
+        spark.conf.set("spark.memphis.enabled", "true" if on else "false")
+        refused = within(30, lambda: memphis.stats(spark)["results_refused"]) if phase == "on" else None
+        record, down = run_one(spark, worker, sampler, number, text, phase, timeout_s, corpus)
+        if refused is not None and not down:
+            # whether memphis kept the rows of the query's first ask: its next ask is then served
+            record["kept"] = within(30, lambda: memphis.stats(spark)["results_refused"]) == refused
+        answer = record.pop("answer", None)
+        if phase != "warmup" and record["ok"]:
+            record["answer"] = answer
+        report["runs"].append(record)
+        return record
+
     try:
-        for phase in ("warmup",) * warmup + PHASES:
-            spark.conf.set("spark.memphis.enabled", "true" if phase in ("on", "rerun") else "false")
-            if phase == "on":
-                memphis.clear(spark)
-                spark.catalog.clearCache()
-            phase_started = time.perf_counter()
-            for number, text in texts.items():
+        # Plain Spark's JIT warm-up, untimed, answers unused.
+        for number, text in texts.items() if warmup else ():
+            if down:
+                break
+            log(progress_line(ask(number, text, "warmup"), corpus))
+        memphis.clear(spark)
+        spark.catalog.clearCache()
+        for name, plain, on in PASSES if not down else ():
+            pass_started = time.perf_counter()
+            for i, (number, text) in enumerate(texts.items()):
                 if deadline is not None and time.perf_counter() > deadline:
-                    report["stopped"] = f"the deadline of {deadline_s:g} s passed before Q{number} ({phase})"
+                    report["stopped"] = f"the deadline of {deadline_s:g} s passed before Q{number} ({name} pass)"
                     break
-                refused = within(30, lambda: memphis.stats(spark)["results_refused"]) if phase == "on" else None
-                record, down = run_one(spark, worker, sampler, number, text, phase, timeout_s, corpus)
-                if refused is not None and not down:
-                    # whether memphis kept the rows of the query's first ask: its next ask is then served
-                    record["kept"] = within(30, lambda: memphis.stats(spark)["results_refused"]) == refused
-                if phase == "warmup":
+                asked = edited(text) if name == "edited" else text
+                # Alternating which mode asks first, so that neither gets the warmer JVM more often.
+                pair = {}
+                for phase in (plain, on) if i % 2 == 0 else (on, plain):
+                    if plain_once and phase == "again_off":
+                        pair[phase] = first_plain[number]
+                        continue
+                    pair[phase] = ask(number, asked, phase)
+                    if down:
+                        break
+                if plain_once and name == "first" and plain in pair:
+                    first_plain[number] = dict(pair[plain])
+                if not down and pair[plain]["ok"] and pair[on]["ok"]:
+                    pair[on]["mismatch"] = difference(pair[plain]["answer"], pair[on]["answer"])
+                elif not down and pair[on]["ok"]:
+                    pair[on]["mismatch"] = "no plain answer to compare with"
+                for phase, record in pair.items():
                     record.pop("answer", None)
-                elif phase == "off" and record["ok"]:
-                    answers[number] = record.pop("answer")
-                elif record["ok"]:
-                    record["mismatch"] = (difference(answers[number], record.pop("answer"))
-                                          if number in answers else "no off-answer to compare with")
-                report["runs"].append(record)
-                log(progress_line(record, corpus))
+                    if not (plain_once and phase == "again_off"):
+                        log(progress_line(record, corpus))
                 if down:
-                    report["stopped"] = (f"Spark is down after Q{number} ({phase}): {down}; "
+                    report["stopped"] = (f"Spark is down after Q{number} ({name} pass): {down}; "
                                          f"Q{number}: {record['error']}")
                     break
-            peaks = sampler.peaks.get(phase, {})
-            report["phases"][phase] = {
-                "seconds": round(time.perf_counter() - phase_started, 3),
-                "peak_heap_bytes": peaks.get("used"), "peak_heap_after_gc_bytes": peaks.get("after_gc"),
-                # what the phase left live: memphis' entries, Spark's broadcasts
+            report["phases"][name] = {
+                "seconds": {phase: round(sum(r["seconds"] or 0 for r in report["runs"] if r["phase"] == phase), 3)
+                            for phase in (plain, on)},
+                "wall_s": round(time.perf_counter() - pass_started, 3),
+                "peak_heap_bytes": {phase: sampler.peaks.get(phase, {}).get("used") for phase in (plain, on)},
+                "peak_heap_after_gc_bytes": {phase: sampler.peaks.get(phase, {}).get("after_gc") for phase in (plain, on)},
+                # what the pass left live: memphis' entries, Spark's broadcasts
                 "heap_after_full_gc_bytes": None if down else within(60, lambda: heap_after_full_gc(spark)),
-                # cumulative, as read at the phase's end
+                # cumulative, as read at the pass's end
                 "counters": phase_counters(None if down else within(30, lambda: memphis.stats(spark)))}
             if report["stopped"]:
                 break
@@ -449,6 +506,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                   unchecked_places=[name for name, place in sampler.places.items() if not place["checked"]],
                   hung=down == HUNG, stats=None if down else within(30, lambda: memphis.stats(spark)))
     report["counters"] = phase_counters(report["stats"])
+    report["passes"], report["slowest"] = pass_ratios(report), slowest(report)
     report["problems"], report["warnings"] = problems(report, corpus), warnings(report)
     if down != HUNG:  # a hung query's thread never returns: the caller exits the process instead
         worker.shutdown()
@@ -502,6 +560,19 @@ def not_served_again(report) -> list:
             if phase == "rerun" and r["ok"] and r.get("jobs") and by.get((q, "on"), {}).get("kept")]
 
 
+# The issue's bound on a query asked again: at most this factor of its plain time plus this many seconds.
+RERUN_FACTOR, RERUN_SLACK_S = 1.2, 0.2
+
+
+def rerun_over_bound(report, factor: float = RERUN_FACTOR, slack_s: float = RERUN_SLACK_S) -> list:
+    """The queries served from kept rows when asked again (no Spark job) that took more than ``factor``
+    × plain Spark's time of them + ``slack_s``: what serving them costs must be a fraction of that. (One
+    that ran jobs although its rows were kept is :func:`not_served_again`'s.)"""
+    return [f"Q{r['query']} asked again took {r['seconds']:.2f} s with memphis, {plain:.2f} s plain"
+            for r, plain in with_plain(report)
+            if r["phase"] == "rerun" and r.get("jobs") == 0 and r["seconds"] > factor * plain + slack_s]
+
+
 def phase_counters(stats):
     """The counters of interest in a read of memphis.stats (None for one this jar does not report), or None."""
     return None if stats is None else {name: stats.get(name) for name in COUNTERS}
@@ -516,11 +587,43 @@ def progress_line(record, corpus=TPCH) -> str:
     return f"{head}  {record['rows']} rows"
 
 
+def plain_phase(report, phase: str) -> str:
+    """The plain phase a memphis phase's runs compare with (see ``plain_once``)."""
+    return "off" if phase == "rerun" and report.get("plain_once") else PLAIN_OF[phase]
+
+
+def phases_run(report) -> tuple:
+    return tuple(p for p in PHASES if not (p == "again_off" and report.get("plain_once")))
+
+
 def slow_runs(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLACK_S) -> list:
-    """Runs with memphis on (first pass or re-run) slower than ``factor`` × the query's off-time + ``slack_s``."""
-    off = {r["query"]: r["seconds"] for r in report["runs"] if r["phase"] == "off" and r["ok"]}
-    return [r for r in report["runs"] if r["phase"] in ("on", "rerun") and r["ok"] and r["query"] in off
-            and r["seconds"] > factor * off[r["query"]] + slack_s]
+    """Runs with memphis on slower than ``factor`` × the same pass's plain time of the query + ``slack_s``."""
+    return [r for r, plain in with_plain(report) if r["seconds"] > factor * plain + slack_s]
+
+
+def with_plain(report) -> list:
+    """Each run with memphis on that answered, with the seconds of its pass' plain run (if that answered)."""
+    plain = {(r["query"], r["phase"]): r["seconds"] for r in report["runs"] if r["phase"] in PLAIN_OF.values() and r["ok"]}
+    return [(r, plain[(r["query"], plain_phase(report, r["phase"]))]) for r in report["runs"]
+            if r["phase"] in PLAIN_OF and r["ok"] and (r["query"], plain_phase(report, r["phase"])) in plain]
+
+
+def pass_ratios(report) -> dict:
+    """Per pass: plain Spark's seconds, memphis', and memphis' over plain's (summed over the queries both answered)."""
+    ratios = {}
+    for name, _, on in PASSES:
+        pairs = [(r["seconds"], plain) for r, plain in with_plain(report) if r["phase"] == on]
+        if pairs:
+            p, m = sum(plain for _, plain in pairs), sum(s for s, _ in pairs)
+            ratios[name] = {"plain_s": round(p, 3), "memphis_s": round(m, 3), "ratio": round(m / p, 3) if p else None,
+                            "queries": len(pairs)}
+    return ratios
+
+
+def slowest(report, count: int = 10) -> list:
+    """The ``count`` runs with memphis on of the highest ratio to the same pass's plain time: (query, phase, ratio)."""
+    ratios = [(r["query"], r["phase"], r["seconds"] / plain) for r, plain in with_plain(report) if plain > 0]
+    return sorted(ratios, key=lambda x: -x[2])[:count]
 
 
 def problems(report, corpus=TPCH) -> list:
@@ -536,7 +639,7 @@ def problems(report, corpus=TPCH) -> list:
         elif r.get("mismatch"):
             found.append(f"Q{r['query']} ({r['phase']}) answered differently from memphis off: {r['mismatch']}")
     answered = {(r["query"], r["phase"]) for r in report["runs"]}
-    missing = {p: [f"Q{n}" for n in corpus.numbers if (n, p) not in answered] for p in PHASES}
+    missing = {p: [f"Q{n}" for n in corpus.numbers if (n, p) not in answered] for p in phases_run(report)}
     if any(missing.values()):
         found.append("not run: " + "; ".join(f"{p}: {'all' if len(queries) == corpus.count else ', '.join(queries)}"
                                              for p, queries in missing.items() if queries))
@@ -556,8 +659,9 @@ def warnings(report) -> list:
 
 
 def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLACK_S, corpus=TPCH) -> str:
-    """Markdown: one row per query with its seconds per phase (SLOW: see :func:`slow_runs`), on/off,
-    re-run/off; totals; heap; budgets; counters; warnings and problems."""
+    """Markdown: per pass, plain Spark's and memphis' seconds and their ratio; one row per query with its
+    seconds per phase (SLOW: see :func:`slow_runs`) and memphis over plain per pass; heap; budgets;
+    counters; the slowest ratios; warnings and problems."""
     by = {(r["query"], r["phase"]): r for r in report["runs"]}
     slow = {(r["query"], r["phase"]) for r in slow_runs(report, factor, slack_s)}
 
@@ -571,35 +675,42 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
         return f"{r['seconds']:.2f}{mark}"
 
     def ratio(query, phase):
-        r, off = by.get((query, phase)), by.get((query, "off"))
-        ok = r and off and r["ok"] and off["ok"] and off["seconds"] > 0
-        return f"{r['seconds'] / off['seconds']:.2f}" if ok else ""
+        r, plain = by.get((query, phase)), by.get((query, plain_phase(report, phase)))
+        ok = r and plain and r["ok"] and plain["ok"] and plain["seconds"] > 0
+        return f"{r['seconds'] / plain['seconds']:.2f}" if ok else ""
 
     lines = [f"{corpus.name} sf {report['sf']:g}, driver memory {report['driver_memory']} (max heap "
              f"{report['max_heap_bytes'] / 2**20:.0f} MiB), {report['master']}, "
              f"{report['shuffle_partitions']} shuffle partitions; " +
              "".join(f"{k}={v}; " for k, v in sorted(report.get("confs", {}).items())) +
              ("after an untimed warm-up pass" if report["warmup"] else
-              "no warm-up: the off pass, first, runs in a cold JVM (JIT), so its times read high"), "",
-             "| query | off s | on s | re-run s | on/off | re-run/off | rows |", "|---|---|---|---|---|---|---|"]
+              "no warm-up: the first queries run in a cold JVM (JIT), so their times read high") +
+             f"; each query asked by plain Spark and by memphis in alternating order; the edited pass changes "
+             f"{len(report.get('edited', []))} of {corpus.count} queries (other years), the others asked as they were", "",
+             "| pass | plain Spark s | memphis s | memphis / plain |", "|---|---|---|---|"]
+    for name, figures in pass_ratios(report).items():
+        lines.append(f"| {name} | {figures['plain_s']:.2f} | {figures['memphis_s']:.2f} | {figures['ratio']:.2f} |")
+    lines += ["", "| query | off s | on s | on/off | again off s | re-run s | re-run/off | edited off s | edited s | "
+              "edited/off | rows |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in corpus.numbers:
         rows = next((by[(n, p)]["rows"] for p in PHASES if (n, p) in by and by[(n, p)]["ok"]), "")
-        lines.append(f"| Q{n} | {cell(n, 'off')} | {cell(n, 'on')} | {cell(n, 'rerun')} | {ratio(n, 'on')} | "
-                     f"{ratio(n, 'rerun')} | {rows} |")
-    totals = [sum(r["seconds"] or 0 for r in report["runs"] if r["phase"] == p) for p in PHASES]
-    shares = [f"{t / totals[0]:.2f}" if totals[0] else "" for t in totals[1:]]
-    lines.append(f"| all | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} | {shares[0]} | {shares[1]} | |")
+        cells = [f"{cell(n, plain)} | {cell(n, on)} | {ratio(n, on)}" for _, plain, on in PASSES]
+        lines.append(f"| Q{n}{'*' if n in report.get('edited', []) else ''} | {' | '.join(cells)} | {rows} |")
+    lines.append("(* edited in the edited pass)")
 
-    def mib(phase, key):
-        return f"{((report['phases'].get(phase) or {}).get(key) or 0) / 2**20:.0f}"
+    def mib(value):
+        return f"{(value or 0) / 2**20:.0f}"
 
-    lines += ["", "heap MiB, peak used / peak after GC / after a full GC at the phase's end: " + ", ".join(
-        f"{p} {mib(p, 'peak_heap_bytes')} / {mib(p, 'peak_heap_after_gc_bytes')} / {mib(p, 'heap_after_full_gc_bytes')}"
-        for p in PHASES)]
+    lines += ["", "heap MiB, peak used / peak after GC per phase, after a full GC at the pass's end: " + "; ".join(
+        f"{name}: " + ", ".join(f"{ph} {mib(figures['peak_heap_bytes'].get(ph))} / "
+                                f"{mib(figures['peak_heap_after_gc_bytes'].get(ph))}" for ph in figures["seconds"]) +
+        f", left {mib(figures['heap_after_full_gc_bytes'])}" for name, figures in report["phases"].items())]
     checked = [n for n, place in report.get("budgets", {}).items() if place["checked"]]
     lines.append(f"budgets checked at {report.get('samples', 0)} samples: {', '.join(checked) or 'none'}; "
                  f"unchecked (keys not reported): {', '.join(report.get('unchecked_places', [])) or 'none'}")
     lines.append(f"counters: {json.dumps(report.get('counters'))}")
+    lines.append("slowest with memphis, over the same pass's plain time: " +
+                 ", ".join(f"Q{q} ({phase}) {r:.2f}×" for q, phase, r in slowest(report)))
     lines += [f"warning: {w}" for w in report.get("warnings", [])]
     lines += [f"problem: {p}" for p in report["problems"]] or ["no problems"]
     return "\n".join(lines) + "\n"
@@ -621,6 +732,9 @@ def main(argv=None, corpus=TPCH, description=__doc__, sf=0.1) -> int:
     parser.add_argument("--warmup", action="store_true",
                         help="run the queries once more first, memphis off and untimed, "
                              "so that no pass pays for the JIT's warm-up")
+    parser.add_argument("--plain-once", action="store_true",
+                        help="plain Spark asks no query again as it was: the re-run is compared with the first "
+                             "pass's plain run (a pass fewer, as the tests run it)")
     parser.add_argument("--data-dir", default=corpus.data_root, help="where the generated tables are kept, per scale")
     add_conf_option(parser)
     parser.add_argument("--out", help="write the report (JSON) here, and the summary table next to it (.md)")
@@ -628,7 +742,7 @@ def main(argv=None, corpus=TPCH, description=__doc__, sf=0.1) -> int:
     confs = confs_of(parser, args)
 
     report = run_corpus(args.sf, args.driver_memory, args.shuffle_partitions, args.master, args.timeout,
-                        args.deadline, args.warmup, args.data_dir, confs, corpus)
+                        args.deadline, args.warmup, args.data_dir, confs, corpus, args.plain_once)
     table = summary_table(report, corpus=corpus)
     log(table)
     if args.out:

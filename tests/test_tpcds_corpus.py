@@ -1,9 +1,11 @@
-"""TPC-DS' 99 queries with memphis off, on and on again (benchmarks/tpcds_corpus.py) in a fresh JVM of 1g
-driver heap: every query answered in every phase, the same answers with memphis on as off, no place
-memphis holds data above its budget at any sample, none much slower with memphis on, and every query
-whose rows memphis kept at its first ask served from them with no Spark job when asked again (all but
-UNSERVED_ALLOWED, whose rows the heap-pressure valve may let go: below). The TPC-H corpus'
-test (test_tpch_corpus.py) over the other corpus: more joins, subqueries, WITH clauses and windows."""
+"""TPC-DS' 99 queries asked as a notebook session (benchmarks/tpcds_corpus.py: first, again, edited;
+each by plain Spark and by memphis) in a fresh JVM of 1g driver heap: every query answered in every
+pass, memphis' answers equal to plain Spark's, no place memphis holds data above its budget at any
+sample, none much slower with memphis on, and every query whose rows memphis kept at its first ask
+served from them with no Spark job when asked again (all but UNSERVED_ALLOWED, whose rows the
+heap-pressure valve may let go: below), within the issue's bound on a re-run (1.2 × plain + 0.2 s).
+The TPC-H corpus' test (test_tpch_corpus.py) over the other corpus: more joins, subqueries, WITH
+clauses and windows."""
 import json
 import os
 import subprocess
@@ -40,7 +42,7 @@ def tpcds_data():
 def test_every_query_answers_the_same_within_budget_and_time(tpcds_data, tmp_path):
     out = tmp_path / "tpcds_corpus.json"
     command = [sys.executable, os.path.join(BENCHMARKS, "tpcds_corpus.py"), "--sf", str(SF), "--driver-memory", "1g",
-               "--timeout", str(QUERY_TIMEOUT_S), "--deadline", str(RUN_DEADLINE_S), "--out", str(out)]
+               "--timeout", str(QUERY_TIMEOUT_S), "--deadline", str(RUN_DEADLINE_S), "--plain-once", "--out", str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_DEADLINE_S + 300)
     assert out.exists(), f"no report (exit status {result.returncode}):\n{result.stderr[-5000:]}"
     with open(out) as f:
@@ -51,6 +53,7 @@ def test_every_query_answers_the_same_within_budget_and_time(tpcds_data, tmp_pat
     unserved = tpch_corpus.not_served_again(report)
     if unserved:
         warnings.warn(f"{len(unserved)} of {TPCDS.count} queries not served again (allowed {UNSERVED_ALLOWED}): {unserved}")
-    problems = report["problems"] + slow + (unserved if len(unserved) > UNSERVED_ALLOWED else [])
+    problems = (report["problems"] + slow + (unserved if len(unserved) > UNSERVED_ALLOWED else [])
+                + tpch_corpus.rerun_over_bound(report))
     table = tpch_corpus.summary_table(report, SLOWER_FACTOR, SLOWER_SLACK_S, TPCDS)
     assert not problems, "\n".join(problems) + "\n\n" + table

@@ -1,7 +1,9 @@
-"""TPC-H's 22 queries with memphis off, on and on again (benchmarks/tpch_corpus.py), in a fresh JVM of
-1g and one of 640m driver heap: every query answered in every phase, the same answers with memphis on
-as off, no place memphis holds data above its budget at any sample, none much slower with memphis on, and every query
-whose rows memphis kept at its first ask served from them with no Spark job when asked again."""
+"""TPC-H's 22 queries asked as a notebook session (benchmarks/tpch_corpus.py): first, again as they
+were, and edited (other years), each by plain Spark and by memphis, in a fresh JVM of 1g and one of
+640m driver heap. Every query answered in every pass, memphis' answers equal to plain Spark's, no place
+memphis holds data above its budget at any sample, none much slower with memphis on, and every query
+whose rows memphis kept at its first ask served from them with no Spark job when asked again, within
+the issue's bound on a re-run (1.2 × plain + 0.2 s)."""
 import json
 import os
 import subprocess
@@ -35,7 +37,7 @@ def run_corpus(driver_memory, out):
     """The corpus in a fresh interpreter, so in a JVM that starts with ``driver_memory``: its report."""
     command = [sys.executable, os.path.join(BENCHMARKS, "tpch_corpus.py"), "--sf", str(SF),
                "--driver-memory", driver_memory, "--timeout", str(QUERY_TIMEOUT_S),
-               "--deadline", str(RUN_DEADLINE_S), "--out", str(out)]
+               "--deadline", str(RUN_DEADLINE_S), "--plain-once", "--out", str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_DEADLINE_S + 300)
     assert out.exists(), f"no report (exit status {result.returncode}):\n{result.stderr[-5000:]}"
     with open(out) as f:
@@ -48,6 +50,7 @@ def test_every_query_answers_the_same_within_budget_and_time(tpch_data, driver_m
     off = {r["query"]: r["seconds"] for r in report["runs"] if r["phase"] == "off" and r["ok"]}
     slow = [f"Q{r['query']} ({r['phase']}) took {r['seconds']:.2f} s with memphis on, {off[r['query']]:.2f} s off"
             for r in tpch_corpus.slow_runs(report, SLOWER_FACTOR, SLOWER_SLACK_S)]
-    problems = report["problems"] + slow + tpch_corpus.not_served_again(report)
+    problems = (report["problems"] + slow + tpch_corpus.not_served_again(report)
+                + tpch_corpus.rerun_over_bound(report))
     table = tpch_corpus.summary_table(report, SLOWER_FACTOR, SLOWER_SLACK_S)
     assert not problems, "\n".join(problems) + "\n\n" + table

@@ -16,7 +16,11 @@ import scala.collection.mutable
  * is not computed); any other counts an occurrence and is due on its `minOccurrences`-th, or at
  * once when it was evicted (it already proved its reuse). Only another query's ask is an occurrence:
  * the same subplan again in one query (a WITH clause inlined twice, a self-join) is computed once by
- * Spark's own exchange reuse, and persisting it there only adds the cost of filling a cache. Of the due ones that admission lets
+ * Spark's own exchange reuse, and persisting it there only adds the cost of filling a cache; nor
+ * does such a subplan keep its shuffle, whose mark on one of its places would make that place differ
+ * from the others, so that Spark computes it twice. And a first occurrence keeps its shuffle only
+ * while the session's aggregates recur ([[RecentRecurrence.worthRetaining]]): the mark keeps filters
+ * and column pruning out of the aggregate, a price paid for a second occurrence that may never come. Of the due ones that admission lets
  * through, [[choose]] picks which to persist.
  */
 object ReusePolicy {
@@ -68,6 +72,7 @@ object ReusePolicy {
     val served, due, retain, met = mutable.ArrayBuffer.empty[Int]
     val ahead = mutable.Map.empty[String, String]
     val metInQuery = mutable.Set.empty[String]
+    val repeated = candidates.flatMap(_.key.toOption).groupBy(identity).collect { case (id, at) if at.size > 1 => id }.toSet
     candidates.indices.foreach { i =>
       val c = candidates(i)
       if (!served.exists(c.within.contains)) c.key match {
@@ -82,8 +87,8 @@ object ReusePolicy {
               observed += FirstSeen(i)
               if (conf.minOccurrences <= 1) due += i
               else if (c.keepsShuffle) {
+                val recurred = window.map(known.get(_).exists(_.occurrences > 1))
                 val why = if (conf.persistAhead && !c.answer && !c.heldInside) {
-                  val recurred = window.map(known.get(_).exists(_.occurrences > 1))
                   window = (window :+ id).takeRight(recentSize)
                   met += i
                   RecentRecurrence.reason(recurred, "aggregates first met inside a query")
@@ -92,7 +97,8 @@ object ReusePolicy {
                   case Some(w) =>
                     ahead(id) = s"occurrence 1: persisted ahead, $w"
                     due += i
-                  case None => if (conf.retainShuffles && !retain.exists(o => c.within.contains(o) && !candidates(o).answer)) {
+                  case None => if (conf.retainShuffles && !repeated(id) && RecentRecurrence.worthRetaining(recurred) &&
+                      !retain.exists(o => c.within.contains(o) && !candidates(o).answer)) {
                     retain += i
                   }
                 }

@@ -43,10 +43,20 @@ class ReusePolicySuite extends AnyFunSuite {
     assert(decide(Seq(join), Map("j" -> Past(EntryState.Evicted, 0)), conf = settings(min = 3)).due == Seq(0))
   }
 
+  test("a first occurrence keeps its shuffle while the session's aggregates recur") {
+    val none = (1 to 4).map(i => s"r$i")
+    val seen = none.map(_ -> Past(EntryState.Seen, 1)).toMap
+    assert(decide(Seq(agg), seen, recent = none.take(3)).retain == Seq(0)) // too few to tell
+    assert(decide(Seq(agg), seen, recent = none).retain.isEmpty) // four met, none recurred
+    assert(decide(Seq(agg), seen + ("r2" -> Past(EntryState.Seen, 2)), recent = none).retain == Seq(0))
+  }
+
   test("the same subplan twice in one query counts once: Spark's exchange reuse computes it once") {
     val twice = Seq(join.copy(key = Right("x")), agg.copy(key = Right("x"), within = Set(0)))
     val first = decide(twice)
     assert(first.observed == Seq(FirstSeen(0)) && first.due.isEmpty)
+    // An aggregate twice in one query keeps no shuffle: the mark on one place would keep Spark from reusing it at the other.
+    assert(decide(Seq(agg, agg)).retain.isEmpty && decide(Seq(agg)).retain == Seq(0))
     // Asked by an earlier query: this query is its second occurrence, counted at its first place in the plan.
     val again = decide(twice, Map("x" -> Past(EntryState.Seen, 1)))
     assert(again.observed == Seq(Miss(0)) && again.due == Seq(0))
