@@ -46,9 +46,11 @@ test-lines: $(VENV)/.installed
 	PY=$(PY) PYTHON=$(PYTHON) PYTEST_WORKERS=$(PYTEST_WORKERS) bash integration/lines/run.sh
 
 # The TPC-H scale and driver sizes of the corpus `make bench` runs (benchmarks/tpch_corpus.py,
-# docs/reliability.md); its CI scale is 0.1.
+# docs/reliability.md); its CI scale is 0.1. TPC-DS' scales (CI: 0.05), at 1g and 8 shuffle partitions;
+# and each corpus at sf 1.
 TPCH_SF ?= 0.5
 TPCH_DRIVER_MEMORY ?= 640m 1g 4g
+TPCDS_SF ?= 0.2 1
 RESULTS := benchmarks/results
 QUICK := $(RESULTS)/quick
 # The driver-side benchmarks run on one BLAS thread, as their hand-hoisted baselines do.
@@ -85,6 +87,10 @@ bench: $(VENV)/.installed
 	for memory in $(TPCH_DRIVER_MEMORY); do \
 		$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory $$memory --warmup \
 			--out $(RESULTS)/tpch_corpus_sf$(TPCH_SF)_$$memory.json || exit 1; done
+	$(PY) benchmarks/tpch_corpus.py --sf 1 --driver-memory 1g --warmup --out $(RESULTS)/tpch_corpus_sf1_1g.json
+	for sf in $(TPCDS_SF); do \
+		$(PY) benchmarks/tpcds_corpus.py --sf $$sf --driver-memory 1g --shuffle-partitions 8 --warmup \
+			--out $(RESULTS)/tpcds_corpus_sf$${sf}_1g.json || exit 1; done
 	$(PY) docs/generate.py  # docs/benchmarks.md's results section from the files just written
 
 # Every mode of every benchmark script once at a tiny scale: it fails on any answer mismatch; its

@@ -9,10 +9,10 @@ be compared as a multiset; the comma joins stay as TPC-H writes them.
 
 The session has three passes over the queries in order (``PASSES``): the first asks each for the first
 time, the second asks it again as it was, the third as edited (``edited()``: other years, as an analyst
-changes a filter; a query without a year asked as it was). In each pass every query is asked twice, by
-plain Spark (memphis off, which it neither sees nor counts) and by memphis, in alternating order, so
-that neither gets the warmer JVM more often; each memphis answer must equal plain Spark's of the same
-pass. Memphis starts the session from empty caches. With --warmup an untimed pass with memphis off
+changes a filter; a query without a year asked as it was). Plain Spark (memphis off) asks the three passes, and memphis
+asks them from empty caches; with --sessions N the session repeats, alternating which mode goes
+first, so that neither gets the warmer JVM more often (a mode's passes run together: turning memphis
+off lets go of what it holds). Each memphis answer must equal plain Spark's of the same pass. With --warmup an untimed pass with memphis off
 runs first, so that the first pass does not pay for the JIT's warm-up.
 
 While queries run a background thread samples the JVM heap and memphis' counters every 0.2 s: the
@@ -380,7 +380,7 @@ def run_query(spark, number, text, phase, corpus=TPCH):
 
 
 def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2]", timeout_s=120.0,
-               deadline_s=None, warmup=False, root=None, confs=None, corpus=TPCH, plain_once=False) -> dict:
+               deadline_s=None, warmup=False, root=None, confs=None, corpus=TPCH, plain_once=False, sessions=1) -> dict:
     """Generates (or reuses) the corpus' data (under ``root``, by default the corpus' build/<tag>),
     starts memphis' session in this process (with ``confs``, a dict of further Spark or memphis settings)
     and runs the three passes (``PASSES``), after a warm-up pass (memphis off, its answers unused) if ``warmup``.
@@ -424,82 +424,73 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
 
     report = {"corpus": corpus.name, "sf": sf, "driver_memory": driver_memory, "max_heap_bytes": max_heap,
               "master": master, "confs": confs or {}, "shuffle_partitions": shuffle_partitions, "timeout_s": timeout_s,
-              "warmup": warmup, "plain_once": plain_once, "data_dir": directory, "edited": sorted(n for n, t in texts.items() if edited(t) != t),
+              "warmup": warmup, "plain_once": plain_once, "sessions": sessions, "data_dir": directory,
+              "edited": sorted(n for n, t in texts.items() if edited(t) != t),
               "generate_s": round(generate_s, 3), "environment": environment(spark),
               "runs": [], "phases": {}, "stopped": None}
     sampler = Sampler(spark).start()
     worker = ThreadPoolExecutor(1, thread_name_prefix=f"{corpus.tag}-query")  # one thread, so one py4j connection
     down = None  # why Spark can run no more queries, once it cannot
     deadline = None if deadline_s is None else started + deadline_s
-    first_plain = {}  # with plain_once: query -> its first pass' plain record, with its answer
 
-    def ask(number, text, phase):
+    def ask(number, text, phase, session):
         """Runs one query in ``phase`` (memphis on in a memphis phase): its record, with its answer
         unless in the warm-up."""
         nonlocal down
-        on = phase in MEMPHIS_PHASES
-        spark.conf.set("spark.memphis.enabled", "true" if on else "false")
+        spark.conf.set("spark.memphis.enabled", "true" if phase in MEMPHIS_PHASES else "false")
         refused = within(30, lambda: memphis.stats(spark)["results_refused"]) if phase == "on" else None
         record, down = run_one(spark, worker, sampler, number, text, phase, timeout_s, corpus)
+        record["session"] = session
         if refused is not None and not down:
             # whether memphis kept the rows of the query's first ask: its next ask is then served
             record["kept"] = within(30, lambda: memphis.stats(spark)["results_refused"]) == refused
-        answer = record.pop("answer", None)
-        if phase != "warmup" and record["ok"]:
-            record["answer"] = answer
+        if phase == "warmup":
+            record.pop("answer", None)
         report["runs"].append(record)
+        log(progress_line(record, corpus))
         return record
+
+    def block(mode, session):
+        """One mode's three passes (plain Spark's, or memphis' from empty caches). Memphis' state lasts
+        only while it stays on (turning it off lets go of what it holds), so each mode's passes run
+        together, and sessions alternate which mode runs first."""
+        memphis.clear(spark)
+        spark.catalog.clearCache()
+        for name, plain, on in PASSES:
+            phase = on if mode == "memphis" else plain
+            if phase == "again_off" and plain_once:
+                continue
+            pass_started = time.perf_counter()
+            for number, text in texts.items():
+                if deadline is not None and time.perf_counter() > deadline:
+                    report["stopped"] = f"the deadline of {deadline_s:g} s passed before Q{number} ({phase})"
+                    return
+                record = ask(number, edited(text) if name == "edited" else text, phase, session)
+                if down:
+                    report["stopped"] = f"Spark is down after Q{number} ({phase}): {down}; Q{number}: {record['error']}"
+                    return
+            report["phases"].setdefault(f"{phase}#{session}", {
+                "seconds": round(time.perf_counter() - pass_started, 3),
+                "peak_heap_bytes": sampler.peaks.get(phase, {}).get("used"),
+                "peak_heap_after_gc_bytes": sampler.peaks.get(phase, {}).get("after_gc"),
+                # what the pass left live: memphis' entries, Spark's broadcasts
+                "heap_after_full_gc_bytes": within(60, lambda: heap_after_full_gc(spark)),
+                # cumulative, as read at the pass's end
+                "counters": phase_counters(within(30, lambda: memphis.stats(spark)))})
 
     try:
         # Plain Spark's JIT warm-up, untimed, answers unused.
         for number, text in texts.items() if warmup else ():
-            if down:
+            if ask(number, text, "warmup", None) and down:
                 break
-            log(progress_line(ask(number, text, "warmup"), corpus))
-        memphis.clear(spark)
-        spark.catalog.clearCache()
-        for name, plain, on in PASSES if not down else ():
-            pass_started = time.perf_counter()
-            for i, (number, text) in enumerate(texts.items()):
-                if deadline is not None and time.perf_counter() > deadline:
-                    report["stopped"] = f"the deadline of {deadline_s:g} s passed before Q{number} ({name} pass)"
-                    break
-                asked = edited(text) if name == "edited" else text
-                # Alternating which mode asks first, so that neither gets the warmer JVM more often.
-                pair = {}
-                for phase in (plain, on) if i % 2 == 0 else (on, plain):
-                    if plain_once and phase == "again_off":
-                        pair[phase] = first_plain[number]
-                        continue
-                    pair[phase] = ask(number, asked, phase)
-                    if down:
-                        break
-                if plain_once and name == "first" and plain in pair:
-                    first_plain[number] = dict(pair[plain])
-                if not down and pair[plain]["ok"] and pair[on]["ok"]:
-                    pair[on]["mismatch"] = difference(pair[plain]["answer"], pair[on]["answer"])
-                elif not down and pair[on]["ok"]:
-                    pair[on]["mismatch"] = "no plain answer to compare with"
-                for phase, record in pair.items():
-                    record.pop("answer", None)
-                    if not (plain_once and phase == "again_off"):
-                        log(progress_line(record, corpus))
-                if down:
-                    report["stopped"] = (f"Spark is down after Q{number} ({name} pass): {down}; "
-                                         f"Q{number}: {record['error']}")
-                    break
-            report["phases"][name] = {
-                "seconds": {phase: round(sum(r["seconds"] or 0 for r in report["runs"] if r["phase"] == phase), 3)
-                            for phase in (plain, on)},
-                "wall_s": round(time.perf_counter() - pass_started, 3),
-                "peak_heap_bytes": {phase: sampler.peaks.get(phase, {}).get("used") for phase in (plain, on)},
-                "peak_heap_after_gc_bytes": {phase: sampler.peaks.get(phase, {}).get("after_gc") for phase in (plain, on)},
-                # what the pass left live: memphis' entries, Spark's broadcasts
-                "heap_after_full_gc_bytes": None if down else within(60, lambda: heap_after_full_gc(spark)),
-                # cumulative, as read at the pass's end
-                "counters": phase_counters(None if down else within(30, lambda: memphis.stats(spark)))}
-            if report["stopped"]:
+        for session in range(sessions):
+            if down or report["stopped"]:
                 break
+            for mode in ("plain", "memphis") if session % 2 == 0 else ("memphis", "plain"):
+                block(mode, session)
+                if report["stopped"]:
+                    break
+            compare_answers(report, session)
     finally:
         sampler.stop()
     report.update(samples=sampler.samples, sampler_error=sampler.error, budgets=sampler.places,
@@ -551,13 +542,29 @@ def run_one(spark, worker, sampler, number, text, phase, timeout_s, corpus=TPCH)
     return record, down
 
 
+def compare_answers(report, session):
+    """Marks each memphis run of ``session`` whose answer differs from plain Spark's of the same pass
+    (``mismatch``), and drops the session's answers."""
+    runs = [r for r in report["runs"] if r.get("session") == session]
+    plain = {(r["query"], r["phase"]): r.get("answer") for r in runs if r["phase"] in PLAIN_OF.values() and r["ok"]}
+    for r in runs:
+        if r["phase"] in PLAIN_OF and r["ok"]:
+            expected = plain.get((r["query"], plain_phase(report, r["phase"])))
+            r["mismatch"] = (difference(expected, r["answer"]) if expected is not None
+                             else "no plain answer to compare with")
+            if r["mismatch"]:
+                log(progress_line(r))
+    for r in runs:
+        r.pop("answer", None)
+
+
 def not_served_again(report) -> list:
     """The queries whose re-run ran Spark jobs although memphis kept the rows of their first ask (phase
     "on"): each deterministic query over the corpus' Parquet has a key, so its next identical ask must be
     served from those rows with no job. One whose rows were not kept (over their budget) is not listed."""
-    by = {(r["query"], r["phase"]): r for r in report["runs"]}
-    return [f"Q{q} ran {r['jobs']} Spark job(s) when asked again" for (q, phase), r in sorted(by.items())
-            if phase == "rerun" and r["ok"] and r.get("jobs") and by.get((q, "on"), {}).get("kept")]
+    by = {(r.get("session"), r["query"], r["phase"]): r for r in report["runs"]}
+    return [f"Q{q} ran {r['jobs']} Spark job(s) when asked again" for (s, q, phase), r in sorted(by.items())
+            if phase == "rerun" and r["ok"] and r.get("jobs") and by.get((s, q, "on"), {}).get("kept")]
 
 
 # The issue's bound on a query asked again: at most this factor of its plain time plus this many seconds.
@@ -602,21 +609,35 @@ def slow_runs(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLACK_S
 
 
 def with_plain(report) -> list:
-    """Each run with memphis on that answered, with the seconds of its pass' plain run (if that answered)."""
-    plain = {(r["query"], r["phase"]): r["seconds"] for r in report["runs"] if r["phase"] in PLAIN_OF.values() and r["ok"]}
-    return [(r, plain[(r["query"], plain_phase(report, r["phase"]))]) for r in report["runs"]
-            if r["phase"] in PLAIN_OF and r["ok"] and (r["query"], plain_phase(report, r["phase"])) in plain]
+    """Each run with memphis on that answered, with the seconds of its session's plain run of the same pass
+    (if that answered)."""
+    plain = {(r.get("session"), r["query"], r["phase"]): r["seconds"] for r in report["runs"]
+             if r["phase"] in PLAIN_OF.values() and r["ok"]}
+
+    def key(r):
+        return r.get("session"), r["query"], plain_phase(report, r["phase"])
+    return [(r, plain[key(r)]) for r in report["runs"] if r["phase"] in PLAIN_OF and r["ok"] and key(r) in plain]
 
 
 def pass_ratios(report) -> dict:
-    """Per pass: plain Spark's seconds, memphis', and memphis' over plain's (summed over the queries both answered)."""
+    """Per pass: plain Spark's seconds, memphis', and memphis' over plain's (summed over the queries both
+    answered), per session; with several sessions, the median ratio and its interval (rigor.py)."""
+    from rigor import median_interval
+
     ratios = {}
     for name, _, on in PASSES:
-        pairs = [(r["seconds"], plain) for r, plain in with_plain(report) if r["phase"] == on]
-        if pairs:
-            p, m = sum(plain for _, plain in pairs), sum(s for s, _ in pairs)
-            ratios[name] = {"plain_s": round(p, 3), "memphis_s": round(m, 3), "ratio": round(m / p, 3) if p else None,
-                            "queries": len(pairs)}
+        per_session = []
+        for session in range(report.get("sessions", 1)):
+            pairs = [(r["seconds"], plain) for r, plain in with_plain(report)
+                     if r["phase"] == on and r.get("session") == session]
+            p, m = sum(plain for _, plain in pairs), sum(seconds for seconds, _ in pairs)
+            if pairs and p:
+                per_session.append({"plain_s": round(p, 3), "memphis_s": round(m, 3), "ratio": round(m / p, 3),
+                                    "queries": len(pairs)})
+        if per_session:
+            median, low, high = median_interval([x["ratio"] for x in per_session])
+            ratios[name] = {"sessions": per_session, "ratio": round(median, 3), "low": round(low, 3),
+                            "high": round(high, 3)}
     return ratios
 
 
@@ -662,8 +683,8 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
     """Markdown: per pass, plain Spark's and memphis' seconds and their ratio; one row per query with its
     seconds per phase (SLOW: see :func:`slow_runs`) and memphis over plain per pass; heap; budgets;
     counters; the slowest ratios; warnings and problems."""
-    by = {(r["query"], r["phase"]): r for r in report["runs"]}
-    slow = {(r["query"], r["phase"]) for r in slow_runs(report, factor, slack_s)}
+    by = {(r["query"], r["phase"]): r for r in report["runs"] if r.get("session") == 0}  # the first session's
+    slow = {(r["query"], r["phase"]) for r in slow_runs(report, factor, slack_s) if r.get("session") == 0}
 
     def cell(query, phase):
         r = by.get((query, phase))
@@ -685,11 +706,17 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
              "".join(f"{k}={v}; " for k, v in sorted(report.get("confs", {}).items())) +
              ("after an untimed warm-up pass" if report["warmup"] else
               "no warm-up: the first queries run in a cold JVM (JIT), so their times read high") +
-             f"; each query asked by plain Spark and by memphis in alternating order; the edited pass changes "
+             f"; {report.get('sessions', 1)} session(s), plain Spark's passes and memphis' in alternating order; "
+             f"the edited pass changes "
              f"{len(report.get('edited', []))} of {corpus.count} queries (other years), the others asked as they were", "",
              "| pass | plain Spark s | memphis s | memphis / plain |", "|---|---|---|---|"]
     for name, figures in pass_ratios(report).items():
-        lines.append(f"| {name} | {figures['plain_s']:.2f} | {figures['memphis_s']:.2f} | {figures['ratio']:.2f} |")
+        sessions = figures["sessions"]
+        share = (f"{figures['ratio']:.2f}" if len(sessions) == 1 else
+                 f"{figures['ratio']:.2f} [{figures['low']:.2f}–{figures['high']:.2f}] over {len(sessions)} sessions")
+        plain_s = ", ".join(f"{x['plain_s']:.2f}" for x in sessions)
+        memphis_s = ", ".join(f"{x['memphis_s']:.2f}" for x in sessions)
+        lines.append(f"| {name} | {plain_s} | {memphis_s} | {share} |")
     lines += ["", "| query | off s | on s | on/off | again off s | re-run s | re-run/off | edited off s | edited s | "
               "edited/off | rows |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in corpus.numbers:
@@ -701,10 +728,9 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
     def mib(value):
         return f"{(value or 0) / 2**20:.0f}"
 
-    lines += ["", "heap MiB, peak used / peak after GC per phase, after a full GC at the pass's end: " + "; ".join(
-        f"{name}: " + ", ".join(f"{ph} {mib(figures['peak_heap_bytes'].get(ph))} / "
-                                f"{mib(figures['peak_heap_after_gc_bytes'].get(ph))}" for ph in figures["seconds"]) +
-        f", left {mib(figures['heap_after_full_gc_bytes'])}" for name, figures in report["phases"].items())]
+    lines += ["", "heap MiB, peak used / peak after GC / after a full GC at its end, per pass: " + ", ".join(
+        f"{name} {mib(figures['peak_heap_bytes'])} / {mib(figures['peak_heap_after_gc_bytes'])} / "
+        f"{mib(figures['heap_after_full_gc_bytes'])}" for name, figures in report["phases"].items())]
     checked = [n for n, place in report.get("budgets", {}).items() if place["checked"]]
     lines.append(f"budgets checked at {report.get('samples', 0)} samples: {', '.join(checked) or 'none'}; "
                  f"unchecked (keys not reported): {', '.join(report.get('unchecked_places', [])) or 'none'}")
@@ -735,6 +761,9 @@ def main(argv=None, corpus=TPCH, description=__doc__, sf=0.1) -> int:
     parser.add_argument("--plain-once", action="store_true",
                         help="plain Spark asks no query again as it was: the re-run is compared with the first "
                              "pass's plain run (a pass fewer, as the tests run it)")
+    parser.add_argument("--sessions", type=int, default=1,
+                        help="sessions to run, alternating whether plain Spark's passes or memphis' come first "
+                             "(the ratios' intervals are over sessions)")
     parser.add_argument("--data-dir", default=corpus.data_root, help="where the generated tables are kept, per scale")
     add_conf_option(parser)
     parser.add_argument("--out", help="write the report (JSON) here, and the summary table next to it (.md)")
@@ -742,7 +771,8 @@ def main(argv=None, corpus=TPCH, description=__doc__, sf=0.1) -> int:
     confs = confs_of(parser, args)
 
     report = run_corpus(args.sf, args.driver_memory, args.shuffle_partitions, args.master, args.timeout,
-                        args.deadline, args.warmup, args.data_dir, confs, corpus, args.plain_once)
+                        args.deadline, args.warmup, args.data_dir, confs, corpus, args.plain_once,
+                        args.sessions)
     table = summary_table(report, corpus=corpus)
     log(table)
     if args.out:
