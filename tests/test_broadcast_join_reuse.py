@@ -6,7 +6,7 @@ import shutil
 from pyspark.sql import functions as F
 
 import memphis
-from conftest import in_job_group, memphis_off
+from conftest import in_job_group, job_count, memphis_off
 from harness import jobs_in_group
 
 
@@ -148,3 +148,34 @@ def test_turning_memphis_off_releases_the_broadcasts(fresh, tmp_path):
     assert memphis.stats(spark)["bytes_held_join_broadcasts"] > 0
     memphis_off(spark, lambda: query(spark, fact, dim, 2).collect())
     assert memphis.stats(spark)["bytes_held_join_broadcasts"] == 0
+
+
+def test_a_kept_result_takes_the_room_of_a_broadcast_worth_less_per_byte(fresh, tmp_path):
+    """Kept results and join broadcasts share the driver heap's budget: a query's rows (KiB standing for its
+    time) displace a broadcast (its hash relation, far larger) when both do not fit, not the other way round."""
+    spark = fresh
+    fact, dim = tables(spark, str(tmp_path))
+    for i in range(2):
+        query(spark, fact, dim, i).collect()  # the broadcast is kept at its second build
+    stats = memphis.stats(spark)
+    broadcast = stats["bytes_held_join_broadcasts"]
+    assert broadcast > 0
+
+    def totals():  # asked afresh each time, as a notebook cell run again builds its DataFrame again
+        return spark.read.parquet(fact).groupBy("d").agg(F.sum("v").alias("s"), F.max("id").alias("m"))
+    # Room for what memphis holds there now (the broadcast, its own structures), not for the result as well.
+    room = memphis.stats(spark)["bytes_held_driver_heap"] + 4096
+    spark.conf.set("spark.memphis.driver.heapFraction", repr(room / stats["driver_heap_max_bytes"]))
+    try:
+        released, kept = counters(spark)[2], memphis.stats(spark)["results_kept"]
+        rows = sorted(totals().collect())
+        after = memphis.stats(spark)
+        assert after["results_kept"] == kept + 1 and after["bytes_held_results"] > stats["bytes_held_results"] + 4096
+        assert counters(spark)[2] == released + 1 and after["bytes_held_join_broadcasts"] == 0, after
+        assert after["bytes_held_driver_heap"] <= after["driver_heap_budget_bytes"]
+        asked = totals()  # reading the files' schema runs a job of its own
+        again, jobs = job_count(spark, "asked-again", lambda: sorted(asked.collect()))
+        assert again == rows == memphis_off(spark, lambda: sorted(totals().collect()))
+        assert jobs == 0, "served from the kept rows"
+    finally:
+        spark.conf.unset("spark.memphis.driver.heapFraction")

@@ -20,8 +20,8 @@ import scala.collection.mutable
  * does such a subplan keep its shuffle, whose mark on one of its places would make that place differ
  * from the others, so that Spark computes it twice. And a first occurrence keeps its shuffle only
  * while the session's aggregates recur ([[RecentRecurrence.worthRetaining]]): the mark keeps filters
- * and column pruning out of the aggregate, a price paid for a second occurrence that may never come. Of the due ones that admission lets
- * through, [[choose]] picks which to persist.
+ * and column pruning out of the aggregate, a price paid for a second occurrence that may never come.
+ * Of the due ones that admission lets through, [[choose]] picks which to persist.
  */
 object ReusePolicy {
   /**

@@ -89,15 +89,18 @@ final class LineageCache private (val sparkContext: SparkContext) {
    */
   def keepCollected(request: KeepRequest, rows: Array[InternalRow], conf: SQLConf): Option[KeptResult] = {
     val kept = collected.offer(request, rows, budgets(conf).collectedResultsBudget)
-    if (kept.isDefined) pressure.fit(budgets(conf).collectedResultsBudget)
+    if (kept.isDefined) fitDriverHeap(conf)
     kept
   }
+
+  /** Lets go of the join broadcasts and kept results of least value per byte until they fit the driver heap's budget. */
+  def fitDriverHeap(conf: SQLConf): Unit = pressure.fit(budgets(conf).collectedResultsBudget)
 
   /** Keeps the rows of `key`'s subplan another process collected (read from the durable tier) as [[keepCollected]] does. */
   def adoptCollected(id: String, key: LineageKey, types: Seq[DataType], rows: IndexedSeq[InternalRow], costMs: Long,
       conf: SQLConf): KeptResult = {
     val adopted = collected.adopt(id, key, types, rows, costMs, budgets(conf).collectedResultsBudget)
-    pressure.fit(budgets(conf).collectedResultsBudget)
+    fitDriverHeap(conf)
     adopted
   }
 

@@ -5,7 +5,7 @@ import io.memphis.conf.ConnectSessions
 import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
   SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
-import org.apache.spark.sql.memphis.PhysicalPlans
+import org.apache.spark.sql.memphis.{PhysicalPlans, SparkShimImpl}
 import org.apache.spark.storage.RDDBlockId
 
 /**
@@ -48,6 +48,8 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
       cache.events.readerEnded(end.executionId)
       cache.events.executionEnded(end.executionId, end.time, PhysicalPlans.executionFailed(end))
       cache.broadcasts.executionEnded(end)
+      // A broadcast registers against the budget its query was planned with: results kept since count too.
+      PhysicalPlans.sessionOf(end).foreach(s => cache.fitDriverHeap(SparkShimImpl.sqlConf(s)))
       PhysicalPlans.normalizedPlan(end).foreach(cache.executed)
     case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.releases.connectSessionClosed(user, session) }
   }

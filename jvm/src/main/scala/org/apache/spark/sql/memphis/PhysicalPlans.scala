@@ -3,6 +3,7 @@ package org.apache.spark.sql.memphis
 import java.util.concurrent.atomic.AtomicInteger
 
 import org.apache.spark.{MapOutputTrackerMaster, SparkEnv}
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.QueryPlanningTracker
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.execution.{ColumnarToRowTransition, InputAdapter, RowToColumnarTransition, SparkPlan,
@@ -124,6 +125,9 @@ object PhysicalPlans {
    * exchanges (under adaptive execution, their query stages) whose relation was built successfully.
    * None when the execution failed or Spark kept no record of its plan.
    */
+  /** The session whose SQL execution ended, when the event carries its query. */
+  def sessionOf(end: SparkListenerSQLExecutionEnd): Option[SparkSession] = Option(end.qe).map(_.sparkSession)
+
   def builtBroadcasts(end: SparkListenerSQLExecutionEnd): Seq[SparkPlan] = {
     def walk(p: SparkPlan): Seq[SparkPlan] = (p match {
       case a: AdaptiveSparkPlanExec => walk(a.executedPlan)
