@@ -562,7 +562,7 @@ def not_served_again(report) -> list:
     """The queries whose re-run ran Spark jobs although memphis kept the rows of their first ask (phase
     "on"): each deterministic query over the corpus' Parquet has a key, so its next identical ask must be
     served from those rows with no job. One whose rows were not kept (over their budget) is not listed."""
-    by = {(r.get("session"), r["query"], r["phase"]): r for r in report["runs"]}
+    by = {(r["session"], r["query"], r["phase"]): r for r in report["runs"] if r["phase"] in ("on", "rerun")}
     return [f"Q{q} ran {r['jobs']} Spark job(s) when asked again" for (s, q, phase), r in sorted(by.items())
             if phase == "rerun" and r["ok"] and r.get("jobs") and by.get((s, q, "on"), {}).get("kept")]
 
