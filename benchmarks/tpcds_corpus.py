@@ -1,4 +1,5 @@
-"""TPC-DS' 99 queries on DuckDB-generated data: memphis off, then on, then on again, in one fresh JVM.
+"""TPC-DS' 99 queries on DuckDB-generated data as a notebook session (first, again, edited), asked by
+plain Spark and by memphis in one fresh JVM.
 
     python benchmarks/tpcds_corpus.py --sf 0.05 --driver-memory 1g --out /tmp/tpcds_corpus.json
 
@@ -6,12 +7,12 @@ tpch_corpus.py run over TPC-DS: its 24 tables from DuckDB's dsdgen (the duckdb-e
 carries the extension, loaded by path: nothing is downloaded) as Parquet under build/tpcds/sf<SF>,
 generated once per scale and then reused; its queries DuckDB's ``tpcds_queries()`` with their LIMITs
 dropped, so that every answer can be compared as a multiset, and their double-quoted aliases in
-backticks. So written, Spark 4.2 parses and runs all 99. The phases, the samples, the report and the
-exit status are tpch_corpus.py's.
+backticks. So written, Spark 4.2 parses and runs all 99. The passes, the edits, the samples, the
+report and the exit status are tpch_corpus.py's.
 
 The default scale, 0.05, answers 80 of the queries with rows (0.01: 72) in about the time 0.01 takes:
-a query's time here is Spark's planning and scheduling more than its data (the three phases take
-about 5 minutes on 2 busy cores, a tenth of it the re-run).
+a query's time here is Spark's planning and scheduling more than its data (each pass takes about a
+minute and a half on 2 busy cores, the re-run with memphis a tenth of that).
 """
 import sys
 

@@ -1,4 +1,5 @@
-"""TPC-H's 22 queries on DuckDB-generated data, a notebook session asked by plain Spark and by memphis in one fresh JVM.
+"""TPC-H's 22 queries on DuckDB-generated data as a notebook session, asked by plain Spark and by memphis
+in one fresh JVM.
 
     python benchmarks/tpch_corpus.py --sf 0.1 --driver-memory 1g --out /tmp/tpch_corpus.json
 
@@ -8,12 +9,13 @@ reused. The queries are DuckDB's ``tpch_queries()`` with their LIMITs dropped, s
 be compared as a multiset; the comma joins stay as TPC-H writes them.
 
 The session has three passes over the queries in order (``PASSES``): the first asks each for the first
-time, the second asks it again as it was, the third as edited (``edited()``: other years, as an analyst
-changes a filter; a query without a year asked as it was). Plain Spark (memphis off) asks the three passes, and memphis
-asks them from empty caches; with --sessions N the session repeats, alternating which mode goes
-first, so that neither gets the warmer JVM more often (a mode's passes run together: turning memphis
-off lets go of what it holds). Each memphis answer must equal plain Spark's of the same pass. With --warmup an untimed pass with memphis off
-runs first, so that the first pass does not pay for the JIT's warm-up.
+time, the second asks it again as it was, the third as edited (``edited()``: other years, as an
+analyst changes a filter; a query without a year asked as it was). Plain Spark (memphis off) asks the
+three passes, and memphis asks them from empty caches; with --sessions N the session repeats,
+alternating which mode goes first, so that neither gets the warmer JVM more often (a mode's passes
+run together: turning memphis off lets go of what it holds). Each memphis answer must equal plain
+Spark's of the same pass. With --warmup an untimed pass with memphis off runs first, so that the
+first pass does not pay for the JIT's warm-up.
 
 While queries run a background thread samples the JVM heap and memphis' counters every 0.2 s: the
 peak heap (used, and after GC) per phase, and at every sample each place memphis holds data
@@ -69,9 +71,9 @@ class Corpus:
 TPCH = Corpus("TPC-H", "tpch", "dbgen",
               ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"), 22,
               {2: 100, 3: 10, 10: 20, 18: 100, 21: 100})
-# The session's passes, each asking every query twice, with plain Spark (memphis off) and with memphis, in
-# alternating order: (pass, plain phase, memphis phase). The first asks each query for the first time,
-# the second asks it again as it was, the third as edited (edited()).
+# The session's passes, asked by plain Spark (memphis off) and by memphis: (pass, plain phase, memphis
+# phase). The first asks each query for the first time, the second asks it again as it was, the third
+# as edited (edited()).
 PASSES = (("first", "off", "on"), ("again", "again_off", "rerun"), ("edited", "edited_off", "edited"))
 PHASES = tuple(phase for _, plain, on in PASSES for phase in (plain, on))
 PLAIN_OF = {on: plain for _, plain, on in PASSES}
@@ -380,7 +382,8 @@ def run_query(spark, number, text, phase, corpus=TPCH):
 
 
 def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2]", timeout_s=120.0,
-               deadline_s=None, warmup=False, root=None, confs=None, corpus=TPCH, plain_once=False, sessions=1) -> dict:
+               deadline_s=None, warmup=False, root=None, confs=None, corpus=TPCH, plain_once=False,
+               sessions=1) -> dict:
     """Generates (or reuses) the corpus' data (under ``root``, by default the corpus' build/<tag>),
     starts memphis' session in this process (with ``confs``, a dict of further Spark or memphis settings)
     and runs the three passes (``PASSES``), after a warm-up pass (memphis off, its answers unused) if ``warmup``.
@@ -467,7 +470,8 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                     return
                 record = ask(number, edited(text) if name == "edited" else text, phase, session)
                 if down:
-                    report["stopped"] = f"Spark is down after Q{number} ({phase}): {down}; Q{number}: {record['error']}"
+                    report["stopped"] = (f"Spark is down after Q{number} ({phase}): {down}; "
+                                         f"Q{number}: {record['error']}")
                     return
             report["phases"].setdefault(f"{phase}#{session}", {
                 "seconds": round(time.perf_counter() - pass_started, 3),
@@ -707,8 +711,8 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
              ("after an untimed warm-up pass" if report["warmup"] else
               "no warm-up: the first queries run in a cold JVM (JIT), so their times read high") +
              f"; {report.get('sessions', 1)} session(s), plain Spark's passes and memphis' in alternating order; "
-             f"the edited pass changes "
-             f"{len(report.get('edited', []))} of {corpus.count} queries (other years), the others asked as they were", "",
+             f"the edited pass changes {len(report.get('edited', []))} of {corpus.count} queries (other years), "
+             "the others asked as they were", "",
              "| pass | plain Spark s | memphis s | memphis / plain |", "|---|---|---|---|"]
     for name, figures in pass_ratios(report).items():
         sessions = figures["sessions"]
