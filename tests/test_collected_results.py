@@ -52,10 +52,12 @@ def test_a_loop_reads_the_rows_it_collected_and_its_plans_stay_shallow(adaptive)
     assert on == plain
     assert changed(before, counters(spark)) == {"results_kept": ITERATIONS, "results_reused": ITERATIONS - 1,
                                                 "results_released": 0, "results_refused": 0}
-    # Plain Spark's plan grows by an iteration each time, and its jobs with it; memphis's stays one iteration deep.
+    # Plain Spark's plan grows by an iteration each time, and its jobs with it; memphis's stays one iteration deep
+    # (a node shallower once the session shows that its aggregates do not recur: no first occurrence is then
+    # marked to keep its shuffle).
     assert plain_heights[-1] > 4 * ITERATIONS
-    assert heights[1:] == [heights[1]] * (ITERATIONS - 1) and heights[1] <= heights[0] + 2
-    assert jobs[1:] == [jobs[1]] * (ITERATIONS - 1) and jobs[-1] <= plain_jobs[-1]
+    assert max(heights[1:]) <= heights[1] <= heights[0] + 2 and heights[1:] == sorted(heights[1:], reverse=True)
+    assert max(jobs[1:]) <= jobs[1] and jobs[-1] <= plain_jobs[-1]
     # explain shows what the query reads and that its rows are kept.
     assert "CollectedResult memphis" in qe.optimizedPlan().toString()
     assert "KeepResult memphis" in qe.executedPlan().toString()
