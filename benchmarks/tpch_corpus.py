@@ -473,14 +473,14 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                     report["stopped"] = (f"Spark is down after Q{number} ({phase}): {down}; "
                                          f"Q{number}: {record['error']}")
                     return
-            report["phases"].setdefault(f"{phase}#{session}", {
+            report["phases"][f"{phase}#{session}"] = {
                 "seconds": round(time.perf_counter() - pass_started, 3),
                 "peak_heap_bytes": sampler.peaks.get(phase, {}).get("used"),
                 "peak_heap_after_gc_bytes": sampler.peaks.get(phase, {}).get("after_gc"),
                 # what the pass left live: memphis' entries, Spark's broadcasts
                 "heap_after_full_gc_bytes": within(60, lambda: heap_after_full_gc(spark)),
                 # cumulative, as read at the pass's end
-                "counters": phase_counters(within(30, lambda: memphis.stats(spark)))})
+                "counters": phase_counters(within(30, lambda: memphis.stats(spark)))}
 
     try:
         # Plain Spark's JIT warm-up, untimed, answers unused.
@@ -494,7 +494,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                 block(mode, session)
                 if report["stopped"]:
                     break
-            compare_answers(report, session)
+            compare_answers(report, session, corpus)
     finally:
         sampler.stop()
     report.update(samples=sampler.samples, sampler_error=sampler.error, budgets=sampler.places,
@@ -546,7 +546,7 @@ def run_one(spark, worker, sampler, number, text, phase, timeout_s, corpus=TPCH)
     return record, down
 
 
-def compare_answers(report, session):
+def compare_answers(report, session, corpus=TPCH):
     """Marks each memphis run of ``session`` whose answer differs from plain Spark's of the same pass
     (``mismatch``), and drops the session's answers."""
     runs = [r for r in report["runs"] if r.get("session") == session]
@@ -557,7 +557,7 @@ def compare_answers(report, session):
             r["mismatch"] = (difference(expected, r["answer"]) if expected is not None
                              else "no plain answer to compare with")
             if r["mismatch"]:
-                log(progress_line(r))
+                log(progress_line(r, corpus))
     for r in runs:
         r.pop("answer", None)
 

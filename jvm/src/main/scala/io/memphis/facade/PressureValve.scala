@@ -27,14 +27,14 @@ final class PressureValve(sparkContext: SparkContext, table: EntryTable, evictio
   }
 
   /** Lets go of the broadcasts and kept results of least value per byte until they take at most `budget` bytes. */
-  def fit(budget: Long): Unit = table.locked {
-    val why = s"over the driver heap's budget of $budget bytes (least value per byte)"
-    var over = stores.broadcasts.heldBytes + stores.collected.heldBytes - budget
-    held(Counter.BroadcastsReleased, Counter.ResultsReleased, why).sortBy(_._1).iterator.takeWhile(_ => over > 0)
-      .foreach { case (_, bytes, let) =>
-        let()
-        over -= bytes
-      }
+  def fit(budget: Long): Unit = {
+    def over = stores.broadcasts.heldBytes + stores.collected.heldBytes - budget
+    // Asked after every SQL execution: the lock and the sort only when something has to go.
+    if (over > 0) table.locked {
+      val why = s"over the driver heap's budget of $budget bytes (least value per byte)"
+      held(Counter.BroadcastsReleased, Counter.ResultsReleased, why).sortBy(_._1).iterator.takeWhile(_ => over > 0)
+        .foreach { case (_, _, let) => let() }
+    }
   }
 
   /** Each broadcast and kept result: its value per byte, its bytes, and how to let it go (counted as given). */

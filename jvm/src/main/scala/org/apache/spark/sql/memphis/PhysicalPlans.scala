@@ -120,14 +120,14 @@ object PhysicalPlans {
     case _ => None
   }
 
+  /** The session whose SQL execution ended, when the event carries its query. */
+  def sessionOf(end: SparkListenerSQLExecutionEnd): Option[SparkSession] = Option(end.qe).map(_.sparkSession)
+
   /**
    * The broadcasts a finished SQL execution built, with its subqueries and adaptive stages: the
    * exchanges (under adaptive execution, their query stages) whose relation was built successfully.
    * None when the execution failed or Spark kept no record of its plan.
    */
-  /** The session whose SQL execution ended, when the event carries its query. */
-  def sessionOf(end: SparkListenerSQLExecutionEnd): Option[SparkSession] = Option(end.qe).map(_.sparkSession)
-
   def builtBroadcasts(end: SparkListenerSQLExecutionEnd): Seq[SparkPlan] = {
     def walk(p: SparkPlan): Seq[SparkPlan] = (p match {
       case a: AdaptiveSparkPlanExec => walk(a.executedPlan)
