@@ -32,7 +32,8 @@ test-jvm: $(VENV)/.installed
 # fixtures, such as a Connect server); each test's Spark is local[2] or a subprocess, so more workers
 # than cores only contend (one alone leaves about a third of two cores idle, waiting on JVMs).
 PYTEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+# Files are handed out in collection order, the longest first (tests/conftest.py), not by their number of tests.
+PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test-python: $(VENV)/.installed
 	$(PYTEST) --durations=20
 

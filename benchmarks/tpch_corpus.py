@@ -87,7 +87,7 @@ PLACES = {
     "host": ("bytes_held_host", "host_budget_bytes"),
 }
 COUNTERS = ("persisted", "hits", "refused", "refused_cross_join", "refused_broadcast_join", "refused_estimated_size",
-            "refused_slower", "pressure_releases", "broadcasts_registered", "broadcasts_reused")
+            "refused_slower", "refused_not_recurring", "pressure_releases", "broadcasts_registered", "broadcasts_reused")
 SAMPLE_EVERY_S = 0.2
 # A run with memphis on is slow past SLOW_FACTOR × its off-time + SLOW_SLACK_S: generous, for the blowups
 # (90 s against 1.8 s) and not for a shared machine's noise.

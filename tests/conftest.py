@@ -23,6 +23,18 @@ import memphis  # noqa: E402  (after the environment above: tiers read it when f
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
 sys.path.insert(0, BENCHMARKS)
 
+# The longest test files (seconds in CI's --durations), started first: `make test` hands whole files
+# to its workers (--dist loadfile) in collection order, and one begun last would keep its worker busy
+# long after the other ran out of files.
+LONGEST_FIRST = ("test_tpcds_corpus.py", "test_staleness_corpus.py", "test_bench_restart.py", "test_bench.py",
+                 "test_tpch_corpus.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 # Small, quiet local sessions (the recipe in shared/reference/spark-internals.md §14.2).
 TEST_CONFS = {
     "spark.ui.enabled": "false",

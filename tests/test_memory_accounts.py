@@ -76,7 +76,9 @@ def collect_over_threshold(then):
 
 spark.range(100_000).selectExpr("id", "id % 500 AS d", "id % 7 AS v").write.parquet(sys.argv[2] + "/fact")
 fact = spark.read.parquet(sys.argv[2] + "/fact")
-dims = spark.range(500).selectExpr("id AS d", "id % 10 AS g")
+# Broadcasts of several MiB (together above the share of the heap the valve leaves alone), of which the
+# fact's keys (0 to 499) match the first 500 rows.
+dims = spark.range(400_000).selectExpr("id AS d", "id % 10 AS g")
 
 def query(dim, j):
     # A filter of its own for each j (most keep every row): no query is served by a cached subplan.
@@ -85,11 +87,13 @@ def query(dim, j):
 
 def counters():
     s = memphis.stats(spark)
-    return {k: s[k] for k in ["pressure_releases", "broadcasts_reused", "broadcasts_registered", "bytes_held_join_broadcasts"]}
+    return {k: s[k] for k in ["pressure_releases", "broadcasts_reused", "broadcasts_registered", "bytes_held_join_broadcasts",
+                              "bytes_held_results"]}
 
 conf_threshold = old_generation.getCollectionUsageThreshold()    # what the valve set, from the conf
 old_generation.setCollectionUsageThreshold(0)
 answers = [collect_over_threshold(query(9, 0).collect)]   # a crossing before anything is held releases nothing
+answers.append(collect_over_threshold(query(7, 1).collect))  # nor one while only a few KiB of kept rows are
 before = counters()
 for dim in (8, 5):                                # each built twice: both kept
     for j in (1, 2):
@@ -104,7 +108,7 @@ kept = counters()
 answers.append(query(5, 14).collect())            # let go: built again
 rebuilt = counters()
 spark.conf.set("spark.memphis.enabled", "false")
-plain = [query(9, 0).collect()] + [query(d, j).collect() for d in (8, 5) for j in (1, 2)] + \
+plain = [query(9, 0).collect(), query(7, 1).collect()] + [query(d, j).collect() for d in (8, 5) for j in (1, 2)] + \
     [query(8, j).collect() for j in range(3, 13)] + [spark.range(1000).selectExpr("sum(id)").collect(), query(8, 13).collect(),
      query(5, 14).collect()]
 pool_max = old_generation.getUsage().getMax()
@@ -121,7 +125,7 @@ def test_the_pressure_valve_releases_by_value_and_the_next_queries_answer_right(
     assert r["equal"]
     conf_threshold, pool_max = r["threshold"]
     assert conf_threshold == int(pool_max * 0.01)
-    assert r["before"]["pressure_releases"] == 0
+    assert r["before"]["pressure_releases"] == 0 and r["before"]["bytes_held_results"] > 0, r
     assert r["held"]["broadcasts_registered"] - r["before"]["broadcasts_registered"] == 2, r
     assert r["held"]["bytes_held_join_broadcasts"] > 0
     assert r["relieved"]["pressure_releases"] - r["held"]["pressure_releases"] == 1, r

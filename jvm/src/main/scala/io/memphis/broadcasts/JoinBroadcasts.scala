@@ -119,10 +119,16 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
     while (expected.size > JoinBroadcasts.MaxExpected) expected.remove(expected.head)
   }
 
-  /** A SQL execution ended: registers the broadcasts it built whose build side had a key. */
-  def executionEnded(end: SparkListenerSQLExecutionEnd): Unit =
-    try PhysicalPlans.builtBroadcasts(end).foreach { built =>
-      PhysicalPlans.broadcastExchange(built).getTagValue(JoinBroadcasts.KeyTag).foreach(register(built, _))
+  /**
+   * A SQL execution ended: registers the broadcasts it built whose build side had a key, within
+   * `budgetNow` when known (what is kept on the driver heap changed since the query was planned).
+   */
+  def executionEnded(end: SparkListenerSQLExecutionEnd, budgetNow: Option[Long]): Unit =
+    try {
+      budgetNow.foreach(b => synchronized { budget = b })
+      PhysicalPlans.builtBroadcasts(end).foreach { built =>
+        PhysicalPlans.broadcastExchange(built).getTagValue(JoinBroadcasts.KeyTag).foreach(register(built, _))
+      }
     } catch {
       case NonFatal(e) => CacheStats.log.warn(s"memphis: did not register the broadcasts of a query: $e", e)
     }

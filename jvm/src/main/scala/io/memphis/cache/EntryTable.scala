@@ -18,7 +18,7 @@ import org.apache.spark.sql.memphis.PhysicalPlans
  * the slower-query guard) changes its own state and the entries' fields only under it.
  */
 final class EntryTable(val shared: Boolean, val recentSize: Int) {
-  // Invariant: `entries`, `byRdd`, `retaining` and `recent` change only under this object's lock,
+  // Invariant: `entries`, `byRdd`, `retaining`, `recent`, `recentlyDue` and `queries` change only under this object's lock,
   // together with the entries' own fields; an entry is in `byRdd` only while it holds a cached
   // relation (to-persist or materialized) whose RDD Spark has built.
   private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
@@ -30,6 +30,22 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
    * recurred, the next such one is persisted at its first occurrence (see [[ReusePolicy]]).
    */
   val recent = new RecentRecurrence[CacheEntry](recentSize, _.occurrences > 1)
+  /** Executed queries the policy decided on: a due subplan is given [[EntryTable.DueSettlesAfter]] of them to come back. */
+  private var queries = 0L
+  /**
+   * Subplans due on their `minOccurrences`-th occurrence, newest last, each with that count and the
+   * query it was due in: whether they came back decides whether the next due one is persisted
+   * ([[ReusePolicy]]). One not back counts only after a few more queries, so that a loop whose body
+   * asks several queries has its next iteration to show that they recur.
+   */
+  val recentlyDue = new RecentRecurrence[EntryTable.Due](recentSize, d => d.entry.occurrences > d.occurrences,
+    d => queries - d.query >= EntryTable.DueSettlesAfter)
+
+  /** Counts a query the policy decided on and that runs. */
+  def queryObserved(): Unit = queries += 1
+
+  /** `e` is due now, on its `e.occurrences`-th occurrence. */
+  def due(e: CacheEntry): Unit = recentlyDue.add(EntryTable.Due(e, e.occurrences, queries))
   /**
    * Bytes of the entries and their keys on the driver heap, approximately. A running sum, read
    * without the lock: the broadcast rule reads it while Spark plans a cached relation under that
@@ -126,10 +142,17 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
     entries.clear()
     structures.set(0)
     recent.clear()
+    recentlyDue.clear()
   }
 }
 
 object EntryTable {
+  /** A subplan found due on its `occurrences`-th occurrence, in the `query`-th query observed. */
+  final case class Due(entry: CacheEntry, occurrences: Int, query: Long)
+
+  /** Queries after which a due subplan not met again counts as not recurring. */
+  val DueSettlesAfter = 8
+
   /** How many entries that hold nothing are remembered; each keeps only its key. */
   val MaxRemembered = 10000
 

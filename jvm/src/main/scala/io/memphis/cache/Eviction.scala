@@ -109,7 +109,9 @@ final class Eviction(table: EntryTable, spark: SparkCache, stats: CacheStats, bu
    * Under heap pressure (`why`): lets go of what memphis holds on the driver heap, lowest value
    * per byte first: the first, then the next while what is let go stays within half of what was
    * held. `others` (value per byte, bytes, let go) and, when `onDriverHeap` (local mode, where
-   * executors' storage is the driver heap), idle materialized entries.
+   * executors' storage is the driver heap), idle materialized entries. Nothing goes while all of it
+   * together is under [[Eviction.NegligibleHeapShare]] of the heap: letting go would not relieve
+   * Spark, and would lose the reuse (a re-run's kept results, a few KiB each, standing for seconds).
    */
   def relieve(why: String, others: Seq[(Double, Long, () => Unit)], onDriverHeap: Boolean): Unit = {
     val policy = session.map(s => MemphisConf.EvictionPolicyName.get(SparkShimImpl.sqlConf(s))).getOrElse("costnsize")
@@ -117,12 +119,20 @@ final class Eviction(table: EntryTable, spark: SparkCache, stats: CacheStats, bu
       .toSeq.flatMap(e => session.map(s => (EvictionPolicy.score(policy, e), e.sizeBytes,
         () => release(s, e, EntryState.Evicted, Counter.PressureReleases, why)))))
     val total = held.map(_._2).sum
-    var freed = 0L
-    held.sortBy(_._1).iterator.takeWhile { case (_, bytes, _) => freed == 0 || 2 * (freed + bytes) <= total }
-      .foreach { case (_, bytes, let) =>
-        let()
-        freed += bytes
-      }
-    if (held.isEmpty) CacheStats.log.debug(s"memphis: $why, nothing of memphis's held on the driver")
+    if (total < HeapPressure.maxBytes * Eviction.NegligibleHeapShare) {
+      CacheStats.log.debug(s"memphis: $why; memphis holds $total bytes on the driver, too few to relieve it: kept")
+    } else {
+      var freed = 0L
+      held.sortBy(_._1).iterator.takeWhile { case (_, bytes, _) => freed == 0 || 2 * (freed + bytes) <= total }
+        .foreach { case (_, bytes, let) =>
+          let()
+          freed += bytes
+        }
+    }
   }
+}
+
+object Eviction {
+  /** Below this share of the driver heap, what memphis holds there is kept under heap pressure. */
+  val NegligibleHeapShare = 0.01
 }

@@ -3,11 +3,13 @@ package io.memphis.cache
 import scala.collection.mutable
 
 /**
- * The last `size` things met for the first time, newest last, and whether the session's work
- * recurs: when at least half of them (and at least one) came back, the next new one is likely to
- * come back too, and is kept at its first occurrence instead of its second. Guarded by its owner's lock.
+ * The last `size` things met for the first time (or found due), newest last, and whether the
+ * session's work recurs: when at least half of them (and at least one) came back, the next new one
+ * is likely to come back too, and is kept at its first occurrence instead of its second. One that
+ * has not come back counts as not recurring only once `settled` (given time to come back). Guarded
+ * by its owner's lock.
  */
-final class RecentRecurrence[T](size: Int, recurred: T => Boolean) {
+final class RecentRecurrence[T](size: Int, recurred: T => Boolean, settled: T => Boolean = (_: T) => true) {
   private val recent = mutable.Queue.empty[T]
 
   /** Records `t`, met for the first time; when it is worth keeping now, says why. */
@@ -26,20 +28,25 @@ final class RecentRecurrence[T](size: Int, recurred: T => Boolean) {
   /** Oldest first. */
   def items: Seq[T] = recent.toList
 
+  /** Whether each recent one recurred, oldest first, leaving out those not back yet and not settled. */
+  def judged: Seq[Boolean] = recent.toList.filter(t => recurred(t) || settled(t)).map(recurred)
+
   def clear(): Unit = recent.clear()
 }
 
 object RecentRecurrence {
-  /** How many recent first occurrences, none recurring, show that a session's aggregates do not recur. */
+  /** How many recent ones, none recurring, show that a session's work of their kind does not recur. */
   val NoRecurrenceAfter = 4
 
   /**
-   * Whether a first occurrence's shuffle is worth keeping, given whether each recent one recurred:
-   * unless [[NoRecurrenceAfter]] or more were met and none came back. Keeping it costs the query its
-   * filters and column pruning inside the aggregate (measured on TPC-DS' first pass: 141 shuffles kept,
-   * none read, its queries up to 2× slower); it saves a second occurrence's partial aggregation.
+   * Whether the session's work of a kind still recurs, given whether each recent one recurred:
+   * unless [[NoRecurrenceAfter]] or more were met and none came back. What memphis keeps for a
+   * next occurrence is paid for now: a first occurrence's kept shuffle costs the query its filters
+   * and column pruning inside the aggregate (TPC-DS' first pass: 141 shuffles kept, none read, its
+   * queries up to 2× slower); a second occurrence's persist costs filling a cached relation, and
+   * the filters Spark would push into that subplan's other uses.
    */
-  def worthRetaining(recurred: Seq[Boolean]): Boolean = recurred.size < NoRecurrenceAfter || recurred.contains(true)
+  def recurs(recurred: Seq[Boolean]): Boolean = recurred.size < NoRecurrenceAfter || recurred.contains(true)
 
   /** Why the next new one is worth keeping now, given whether each recent one recurred: when at least half (and one) did. */
   def reason(recurred: Seq[Boolean], what: String): Option[String] = {

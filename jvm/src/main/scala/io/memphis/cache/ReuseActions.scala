@@ -62,6 +62,10 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
       case Miss(i) => miss(i)
     }
     decisions.recentlyMet.foreach(i => table.recent.add(entries(i)))
+    decisions.recentlyDue.foreach(i => table.due(entries(i)))
+    decisions.heldBack.foreach(i => stats.record(Counter.RefusedNotRecurring, s"not persisting ${query.key(i).hash} on " +
+      s"occurrence ${entries(i).occurrences}: none of the last subplans found due came back"))
+    table.queryObserved()
     entries.toMap
   }
 

@@ -19,8 +19,13 @@ import scala.collection.mutable
  * Spark's own exchange reuse, and persisting it there only adds the cost of filling a cache; nor
  * does such a subplan keep its shuffle, whose mark on one of its places would make that place differ
  * from the others, so that Spark computes it twice. And a first occurrence keeps its shuffle only
- * while the session's aggregates recur ([[RecentRecurrence.worthRetaining]]): the mark keeps filters
+ * while the session's aggregates recur ([[RecentRecurrence.recurs]]): the mark keeps filters
  * and column pruning out of the aggregate, a price paid for a second occurrence that may never come.
+ * Likewise, one due on its `minOccurrences`-th occurrence is persisted only while the ones due before
+ * it came back (`persistRecurring`): a notebook whose queries changed since (other years, other
+ * filters) meets their shared subplans a second time and never a third, and filling a cached
+ * relation that no query reads only slows the query that fills it. One held back that comes back
+ * is due again, and the recurrence it shows lets it through.
  * Of the due ones that admission lets through, [[choose]] picks which to persist.
  */
 object ReusePolicy {
@@ -53,23 +58,26 @@ object ReusePolicy {
   /**
    * The decisions on one query, by candidate position: what to count, in order; which candidates
    * are served; which are due (in order), with why for those persisted ahead (by entry id);
-   * which keep their first occurrence's shuffle; which aggregates join the recent ones, in order.
+   * which keep their first occurrence's shuffle; which aggregates join the recent ones, in order;
+   * which reached their `minOccurrences`-th occurrence (they join the recently due ones), and which
+   * of those are held back, not persisted, as the recently due ones did not come back.
    */
   final case class Decisions(observed: Seq[Observation], served: Seq[Int], due: Seq[Int], ahead: Map[String, String],
-      retain: Seq[Int], recentlyMet: Seq[Int])
+      retain: Seq[Int], recentlyMet: Seq[Int], recentlyDue: Seq[Int], heldBack: Seq[Int])
 
   /**
    * Decides on `candidates` given `past` (by entry id: the candidates' entries and the recent
-   * aggregates') and `recent` (the ids of the aggregates first met inside earlier queries, oldest
-   * first, at most `recentSize`).
+   * aggregates'), `recent` (the ids of the aggregates first met inside earlier queries, oldest
+   * first, at most `recentSize`) and `persistRecurring` (whether the subplans due on their
+   * `minOccurrences`-th occurrence in earlier queries came back: [[RecentRecurrence.recurs]]).
    */
   def decide(candidates: IndexedSeq[Candidate], past: Map[String, Past], recent: Seq[String], recentSize: Int,
-      conf: QueryConf): Decisions = {
+      conf: QueryConf, persistRecurring: Boolean = true): Decisions = {
     import Observation._
     var known = past
     var window = recent
     val observed = mutable.ArrayBuffer.empty[Observation]
-    val served, due, retain, met = mutable.ArrayBuffer.empty[Int]
+    val served, due, retain, met, dueMet, heldBack = mutable.ArrayBuffer.empty[Int]
     val ahead = mutable.Map.empty[String, String]
     val metInQuery = mutable.Set.empty[String]
     val repeated = candidates.flatMap(_.key.toOption).groupBy(identity).collect { case (id, at) if at.size > 1 => id }.toSet
@@ -97,7 +105,7 @@ object ReusePolicy {
                   case Some(w) =>
                     ahead(id) = s"occurrence 1: persisted ahead, $w"
                     due += i
-                  case None => if (conf.retainShuffles && !repeated(id) && RecentRecurrence.worthRetaining(recurred) &&
+                  case None => if (conf.retainShuffles && !repeated(id) && RecentRecurrence.recurs(recurred) &&
                       !retain.exists(o => c.within.contains(o) && !candidates(o).answer)) {
                     retain += i
                   }
@@ -118,12 +126,17 @@ object ReusePolicy {
                 served += i
               } else {
                 observed += Miss(i)
-                if (p.state == EntryState.Evicted || occurrences >= conf.minOccurrences) due += i
+                if (p.state == EntryState.Evicted) due += i
+                else if (occurrences >= conf.minOccurrences) {
+                  if (occurrences == conf.minOccurrences) dueMet += i
+                  if (persistRecurring || occurrences > conf.minOccurrences) due += i else heldBack += i
+                }
               }
           }
       }
     }
-    Decisions(observed.toList, served.toList, due.toList, ahead.toMap, retain.toList, met.toList)
+    Decisions(observed.toList, served.toList, due.toList, ahead.toMap, retain.toList, met.toList, dueMet.toList,
+      heldBack.toList)
   }
 
   /**

@@ -45,6 +45,7 @@ object CacheStats {
     val RefusedEstimatedSize = Value("refused_estimated_size")
     val RefusedBroadcastJoin = Value("refused_broadcast_join")
     val RefusedSlower = Value("refused_slower")
+    val RefusedNotRecurring = Value("refused_not_recurring")
     val PressureReleases = Value("pressure_releases")
     val ComputeSavedMs = Value("compute_saved_ms")
     val ShufflesRetained = Value("shuffles_retained")

@@ -2,7 +2,7 @@ package io.memphis.facade
 
 import io.memphis.broadcasts.JoinBroadcasts
 import io.memphis.cache.{CacheEntry, EntryState, EntryTable, Eviction, Executions, HeapPressure, OwnerMark, PendingObservation,
-  QueryCandidates, QueryConf, RetainShuffle, ReuseActions, ReusePolicy, SessionKeyContext, SlowerQueries, SparkCache, SparkEvents,
+  QueryCandidates, QueryConf, RecentRecurrence, RetainShuffle, ReuseActions, ReusePolicy, SessionKeyContext, SlowerQueries, SparkCache, SparkEvents,
   StorageTracking}
 import io.memphis.checkpoint.Checkpoints
 import io.memphis.collected.{CollectedResults, KeepRequest, KeptResult}
@@ -131,9 +131,12 @@ final class LineageCache private (val sparkContext: SparkContext) {
       storage.uncacheReplaced(session)
       eviction.dropStale(session, plan, query.results)
       val (candidates, past, recent) = query.policyInput(table, spark, session, conf.persistAhead)
-      val decisions = ReusePolicy.decide(candidates, past, recent, table.recentSize, conf)
+      val decisions = ReusePolicy.decide(candidates, past, recent, table.recentSize, conf,
+        persistRecurring = RecentRecurrence.recurs(table.recentlyDue.judged))
       (candidates, decisions, if (executing) actions.observe(query, decisions, planned) else Map.empty[Int, CacheEntry])
     }
+    // The entries remembered now take room on the driver heap too.
+    if (executing) fitDriverHeap(conf.sql)
     decisions.retain.foreach(i => marks.put(query.subplan(i), RetainShuffle(scoped(query.key(i).hash, query.user), _)))
     val owned =
       if (executing) carryOut(session, query, candidates, decisions, entries, conf, planned)

@@ -47,9 +47,11 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
     case end: SparkListenerSQLExecutionEnd =>
       cache.events.readerEnded(end.executionId)
       cache.events.executionEnded(end.executionId, end.time, PhysicalPlans.executionFailed(end))
-      cache.broadcasts.executionEnded(end)
-      // A broadcast registers against the budget its query was planned with: results kept since count too.
-      PhysicalPlans.sessionOf(end).foreach(s => cache.fitDriverHeap(SparkShimImpl.sqlConf(s)))
+      // Broadcasts register within the driver heap's budget now (results kept since the query was
+      // planned count too), and then kept results and broadcasts fit it together.
+      val conf = PhysicalPlans.sessionOf(end).map(SparkShimImpl.sqlConf)
+      cache.broadcasts.executionEnded(end, conf.map(cache.budgets(_).joinBroadcastBudget))
+      conf.foreach(cache.fitDriverHeap)
       PhysicalPlans.normalizedPlan(end).foreach(cache.executed)
     case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.releases.connectSessionClosed(user, session) }
   }

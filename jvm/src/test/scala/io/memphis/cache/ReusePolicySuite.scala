@@ -43,6 +43,45 @@ class ReusePolicySuite extends AnyFunSuite {
     assert(decide(Seq(join), Map("j" -> Past(EntryState.Evicted, 0)), conf = settings(min = 3)).due == Seq(0))
   }
 
+  test("a subplan on its k-th occurrence is held back while the recently due ones did not come back") {
+    val seen = Map("j" -> Past(EntryState.Seen, 1))
+    val held = ReusePolicy.decide(IndexedSeq(join), seen, Nil, 16, settings(), persistRecurring = false)
+    assert(held.observed == Seq(Miss(0)) && held.due.isEmpty && held.heldBack == Seq(0))
+    assert(held.recentlyDue == Seq(0), "it joins the recently due ones, to show whether it comes back")
+    // Back once more: it recurs, and is due whatever the others did.
+    val back = ReusePolicy.decide(IndexedSeq(join), Map("j" -> Past(EntryState.Seen, 2)), Nil, 16, settings(),
+      persistRecurring = false)
+    assert(back.due == Seq(0) && back.heldBack.isEmpty && back.recentlyDue.isEmpty)
+    // An evicted one already proved its reuse.
+    assert(ReusePolicy.decide(IndexedSeq(join), Map("j" -> Past(EntryState.Evicted, 2)), Nil, 16, settings(),
+      persistRecurring = false).due == Seq(0))
+    assert(decide(Seq(join), seen).due == Seq(0) && decide(Seq(join), seen).recentlyDue == Seq(0))
+  }
+
+  test("a due subplan not met again counts as not recurring only after a few more queries") {
+    val table = new EntryTable(shared = true, recentSize = 16)
+    def entry(id: String) = {
+      val e = table.remember(id, io.memphis.lineage.LineageKey(id, "Join", Nil, Nil, 1), "alice", 0L)
+      e.occurrences = 2
+      e
+    }
+    val due = (1 to 4).map(i => entry(s"d$i"))
+    due.foreach(table.due)
+    assert(table.recentlyDue.judged.isEmpty, "none had the time to come back")
+    (1 until EntryTable.DueSettlesAfter).foreach(_ => table.queryObserved())
+    assert(table.recentlyDue.judged.isEmpty)
+    table.queryObserved()
+    assert(table.recentlyDue.judged == Seq(false, false, false, false))
+    assert(!RecentRecurrence.recurs(table.recentlyDue.judged))
+    due(1).occurrences += 1 // met again
+    assert(RecentRecurrence.recurs(table.recentlyDue.judged))
+    // Back before its time is up counts at once.
+    val soon = entry("soon")
+    table.due(soon)
+    soon.occurrences += 1
+    assert(table.recentlyDue.judged.last)
+  }
+
   test("a first occurrence keeps its shuffle while the session's aggregates recur") {
     val none = (1 to 4).map(i => s"r$i")
     val seen = none.map(_ -> Past(EntryState.Seen, 1)).toMap
