@@ -160,10 +160,10 @@ def uses_memphis_cache(df):
     return "Scan In-memory table memphis" in df._jdf.queryExecution().executedPlan().toString()
 
 
-def run_python(code, *args, env=None):
+def run_python(code, *args, env=None, timeout=300):
     """Runs ``code`` in a fresh interpreter (a fresh JVM too) and returns the JSON its last line prints."""
     result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                            timeout=300, env=env)
+                            timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

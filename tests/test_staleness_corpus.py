@@ -631,14 +631,19 @@ def stage_files(folder):
     return folder
 
 
+# A process of one mode takes about two minutes alone; beside the TPC-DS corpus (make test starts the longest
+# files together) over five. The limit is for a hang, not for a loaded machine.
+PHASE_TIMEOUT_S = 900
+
+
 def run_mode(mode, root, staged):
     """The two processes of one mode: every scenario, then the durable tier's second process."""
     os.makedirs(root, exist_ok=True)
     base = {"mode": mode, "root": root, "asks": ASKS, "tests": HERE, "labels": LABELS, "confs": confs(root),
             "delta": bool(DELTA_JARS), "delta_append": DELTA_APPEND, "put": PUT, "staged": staged}
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
-    first = run_python(APP, json.dumps({**base, "phase": "first"}), env=env)
-    second = run_python(APP, json.dumps({**base, "phase": "second"}), env=env)
+    first = run_python(APP, json.dumps({**base, "phase": "first"}), env=env, timeout=PHASE_TIMEOUT_S)
+    second = run_python(APP, json.dumps({**base, "phase": "second"}), env=env, timeout=PHASE_TIMEOUT_S)
     return first, second
 
 
