@@ -23,7 +23,7 @@ import scala.collection.mutable
  * and column pruning out of the aggregate, a price paid for a second occurrence that may never come.
  * Likewise, one due on its `minOccurrences`-th occurrence is persisted only while the ones due before
  * it came back (`persistRecurring`): a notebook whose queries changed since (other years, other
- * filters) meets their shared subplans a second time and never a third, and filling a cached
+ * filters) meets their shared subplans a second time and often never a third, and filling a cached
  * relation that no query reads only slows the query that fills it. One held back that comes back
  * is due again, and the recurrence it shows lets it through.
  * Of the due ones that admission lets through, [[choose]] picks which to persist.

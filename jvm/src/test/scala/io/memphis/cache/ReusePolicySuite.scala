@@ -2,6 +2,7 @@ package io.memphis.cache
 
 import io.memphis.cache.ReusePolicy.{Candidate, Past}
 import io.memphis.cache.ReusePolicy.Observation._
+import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.internal.SQLConf
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -61,7 +62,7 @@ class ReusePolicySuite extends AnyFunSuite {
   test("a due subplan not met again counts as not recurring only after a few more queries") {
     val table = new EntryTable(shared = true, recentSize = 16)
     def entry(id: String) = {
-      val e = table.remember(id, io.memphis.lineage.LineageKey(id, "Join", Nil, Nil, 1), "alice", 0L)
+      val e = table.remember(id, LineageKey(id, "Join", Nil, Nil, 1), "alice", 0L)
       e.occurrences = 2
       e
     }
