@@ -176,7 +176,7 @@ def stats(spark) -> dict:
     Spark tier (what ``SELECT * FROM memphis_stats()`` shows): hits, misses, persisted,
     materialized, evicted, invalidated, refused, refused_other_user (another user's entry, not
     served: ``spark.memphis.shareAcrossUsers``), refused_cross_join, refused_broadcast_join, refused_estimated_size,
-    refused_slower, refused_not_recurring (due, held back: the session's due subplans did not come back),
+    refused_slower, refused_not_recurring (due, held back: the session's due subplans did not come back, or its persists were not read),
     pressure_releases, bytes_held, compute_saved_ms, shuffles_retained,
     shuffles_reused, persisted_ahead; for loops checkpointed,
     checkpoints_released, checkpoint_files_deleted and persisted_speculatively; for join broadcasts read across queries

@@ -18,7 +18,7 @@ import org.apache.spark.sql.memphis.PhysicalPlans
  * the slower-query guard) changes its own state and the entries' fields only under it.
  */
 final class EntryTable(val shared: Boolean, val recentSize: Int) {
-  // Invariant: `entries`, `byRdd`, `retaining`, `recent`, `recentlyDue` and `queries` change only under this object's lock,
+  // Invariant: `entries`, `byRdd`, `retaining`, `recent`, `recentlyDue`, `recentPersists` and `queries` change only under this object's lock,
   // together with the entries' own fields; an entry is in `byRdd` only while it holds a cached
   // relation (to-persist or materialized) whose RDD Spark has built.
   private val entries = mutable.LinkedHashMap.empty[String, CacheEntry]
@@ -40,6 +40,22 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
    */
   val recentlyDue = new RecentRecurrence[EntryTable.Due](recentSize, d => d.entry.occurrences > d.occurrences,
     d => queries - d.query >= EntryTable.DueSettlesAfter)
+
+  /**
+   * Subplans persisted, and those held back on the occurrence after their `minOccurrences`-th, newest
+   * last: whether the persisted ones were read again, and the held-back ones came back, decides
+   * whether the next one due on that later occurrence is persisted ([[ReusePolicy]]). Judged after
+   * as many queries as the due ones.
+   */
+  val recentPersists = new RecentRecurrence[EntryTable.Outcome](recentSize, _.paid,
+    o => queries - o.query >= EntryTable.DueSettlesAfter)
+
+  /** `e` was persisted now: it pays once read again. */
+  def persisted(e: CacheEntry): Unit = recentPersists.add(EntryTable.Outcome(e, persisted = true, e.hits, queries))
+
+  /** `e` was held back now, after its `minOccurrences`-th occurrence: persisting it would have paid had it come back. */
+  def heldAgain(e: CacheEntry): Unit =
+    recentPersists.add(EntryTable.Outcome(e, persisted = false, e.occurrences, queries))
 
   /** Counts a query the policy decided on and that runs. */
   def queryObserved(): Unit = queries += 1
@@ -143,12 +159,21 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
     structures.set(0)
     recent.clear()
     recentlyDue.clear()
+    recentPersists.clear()
   }
 }
 
 object EntryTable {
   /** A subplan found due on its `occurrences`-th occurrence, in the `query`-th query observed. */
   final case class Due(entry: CacheEntry, occurrences: Int, query: Long)
+
+  /**
+   * A bet on a subplan's next occurrence: persisted (`mark`: its reads then) or held back (`mark`:
+   * its occurrences then), in the `query`-th query observed; `paid` once it was read again, or came back.
+   */
+  final case class Outcome(entry: CacheEntry, persisted: Boolean, mark: Long, query: Long) {
+    def paid: Boolean = if (persisted) entry.hits > mark else entry.occurrences > mark
+  }
 
   /** Queries after which a due subplan not met again counts as not recurring. */
   val DueSettlesAfter = 8

@@ -64,7 +64,9 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
     decisions.recentlyMet.foreach(i => table.recent.add(entries(i)))
     decisions.recentlyDue.foreach(i => table.due(entries(i)))
     decisions.heldBack.foreach(i => stats.record(Counter.RefusedNotRecurring, s"not persisting ${query.key(i).hash} on " +
-      s"occurrence ${entries(i).occurrences}: none of the last subplans found due came back"))
+      s"occurrence ${entries(i).occurrences}: " + (if (decisions.heldAgain.contains(i))
+        "none of the last subplans persisted was read again" else "none of the last subplans found due came back")))
+    decisions.heldAgain.foreach(i => table.heldAgain(entries(i)))
     table.queryObserved()
     entries.toMap
   }
@@ -201,6 +203,7 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
       e.relation = Some(new CachedRelation(name, toCache, System.currentTimeMillis()))
       currentExecution().foreach(e.readers += _)
       e.moveTo(EntryState.ToPersist, reason)
+      table.persisted(e)
       stats.record(Counter.Persisted, s"persist ${e.key.hash} (${e.reason})")
     }
   }

@@ -25,7 +25,10 @@ import scala.collection.mutable
  * it came back (`persistRecurring`): a notebook whose queries changed since (other years, other
  * filters) meets their shared subplans a second time and often never a third, and filling a cached
  * relation that no query reads only slows the query that fills it. One held back that comes back
- * is due again, and the recurrence it shows lets it through.
+ * is due again, and the recurrence it shows lets it through, but only while the subplans persisted
+ * lately were read again (`persistsRead`): in such a notebook a third occurrence is often the last
+ * too (TPC-DS' edited pass: 8 persisted on their third occurrence, none read, the queries that filled
+ * them up to 3× slower). Held back then, it is let through on its next return.
  * Of the due ones that admission lets through, [[choose]] picks which to persist.
  */
 object ReusePolicy {
@@ -60,24 +63,27 @@ object ReusePolicy {
    * are served; which are due (in order), with why for those persisted ahead (by entry id);
    * which keep their first occurrence's shuffle; which aggregates join the recent ones, in order;
    * which reached their `minOccurrences`-th occurrence (they join the recently due ones), and which
-   * of those are held back, not persisted, as the recently due ones did not come back.
+   * are held back, not persisted: on that occurrence as the recently due ones did not come back, on
+   * the next (`heldAgain`, they join the recent persists' outcomes) as the recent persists were not read.
    */
   final case class Decisions(observed: Seq[Observation], served: Seq[Int], due: Seq[Int], ahead: Map[String, String],
-      retain: Seq[Int], recentlyMet: Seq[Int], recentlyDue: Seq[Int], heldBack: Seq[Int])
+      retain: Seq[Int], recentlyMet: Seq[Int], recentlyDue: Seq[Int], heldBack: Seq[Int], heldAgain: Seq[Int] = Nil)
 
   /**
    * Decides on `candidates` given `past` (by entry id: the candidates' entries and the recent
    * aggregates'), `recent` (the ids of the aggregates first met inside earlier queries, oldest
-   * first, at most `recentSize`) and `persistRecurring` (whether the subplans due on their
-   * `minOccurrences`-th occurrence in earlier queries came back: [[RecentRecurrence.recurs]]).
+   * first, at most `recentSize`), `persistRecurring` (whether the subplans due on their
+   * `minOccurrences`-th occurrence in earlier queries came back: [[RecentRecurrence.recurs]]) and
+   * `persistsRead` (whether the subplans persisted lately were read again, or those held back on the
+   * next occurrence came back).
    */
   def decide(candidates: IndexedSeq[Candidate], past: Map[String, Past], recent: Seq[String], recentSize: Int,
-      conf: QueryConf, persistRecurring: Boolean = true): Decisions = {
+      conf: QueryConf, persistRecurring: Boolean = true, persistsRead: Boolean = true): Decisions = {
     import Observation._
     var known = past
     var window = recent
     val observed = mutable.ArrayBuffer.empty[Observation]
-    val served, due, retain, met, dueMet, heldBack = mutable.ArrayBuffer.empty[Int]
+    val served, due, retain, met, dueMet, heldBack, heldAgain = mutable.ArrayBuffer.empty[Int]
     val ahead = mutable.Map.empty[String, String]
     val metInQuery = mutable.Set.empty[String]
     val repeated = candidates.flatMap(_.key.toOption).groupBy(identity).collect { case (id, at) if at.size > 1 => id }.toSet
@@ -127,16 +133,19 @@ object ReusePolicy {
               } else {
                 observed += Miss(i)
                 if (p.state == EntryState.Evicted) due += i
-                else if (occurrences >= conf.minOccurrences) {
-                  if (occurrences == conf.minOccurrences) dueMet += i
-                  if (persistRecurring || occurrences > conf.minOccurrences) due += i else heldBack += i
-                }
+                else if (occurrences == conf.minOccurrences) {
+                  dueMet += i
+                  if (persistRecurring) due += i else heldBack += i
+                } else if (occurrences == conf.minOccurrences + 1 && conf.minOccurrences > 1 && !persistsRead) {
+                  heldBack += i
+                  heldAgain += i
+                } else if (occurrences >= conf.minOccurrences) due += i
               }
           }
       }
     }
     Decisions(observed.toList, served.toList, due.toList, ahead.toMap, retain.toList, met.toList, dueMet.toList,
-      heldBack.toList)
+      heldBack.toList, heldAgain.toList)
   }
 
   /**

@@ -59,6 +59,44 @@ class ReusePolicySuite extends AnyFunSuite {
     assert(decide(Seq(join), seen).due == Seq(0) && decide(Seq(join), seen).recentlyDue == Seq(0))
   }
 
+  test("a subplan on the occurrence after its k-th is held back while the recent persists were not read") {
+    def decideNow(past: Past, min: Int = 2) = ReusePolicy.decide(IndexedSeq(join), Map("j" -> past), Nil, 16,
+      settings(min = min), persistsRead = false)
+    val held = decideNow(Past(EntryState.Seen, 2))
+    assert(held.observed == Seq(Miss(0)) && held.due.isEmpty && held.heldBack == Seq(0) && held.heldAgain == Seq(0))
+    assert(held.recentlyDue.isEmpty)
+    // Back once more after that: it is due.
+    assert(decideNow(Past(EntryState.Seen, 3)).due == Seq(0))
+    // The k-th occurrence answers to the due ones' recurrence only; an evicted one and minOccurrences=1 are untouched.
+    assert(decideNow(Past(EntryState.Seen, 1)).due == Seq(0))
+    assert(decideNow(Past(EntryState.Evicted, 2)).due == Seq(0))
+    assert(decideNow(Past(EntryState.Seen, 1), min = 1).due == Seq(0))
+    assert(decide(Seq(join), Map("j" -> Past(EntryState.Seen, 2))).due == Seq(0))
+  }
+
+  test("a persist pays once read again, a held-back one once it comes back, each judged after a few queries") {
+    val table = new EntryTable(shared = true, recentSize = 16)
+    def entry(id: String) = {
+      val e = table.remember(id, LineageKey(id, "Join", Nil, Nil, 1), "alice", 0L)
+      e.occurrences = 3
+      e
+    }
+    val persisted = (1 to 3).map(i => entry(s"p$i"))
+    persisted.foreach(table.persisted)
+    val held = entry("h")
+    table.heldAgain(held)
+    assert(table.recentPersists.judged.isEmpty, "none had the time to be read")
+    (1 to EntryTable.DueSettlesAfter).foreach(_ => table.queryObserved())
+    assert(table.recentPersists.judged == Seq(false, false, false, false))
+    assert(!RecentRecurrence.recurs(table.recentPersists.judged))
+    persisted(0).occurrences += 1 // asked again without reading it (it was let go): not paid
+    assert(!RecentRecurrence.recurs(table.recentPersists.judged))
+    persisted(1).hits += 1
+    assert(table.recentPersists.judged == Seq(false, true, false, false))
+    held.occurrences += 1
+    assert(table.recentPersists.judged.last)
+  }
+
   test("a due subplan not met again counts as not recurring only after a few more queries") {
     val table = new EntryTable(shared = true, recentSize = 16)
     def entry(id: String) = {
