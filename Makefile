@@ -14,6 +14,8 @@ DEFAULT_JAR := jvm/target/memphis-spark-$(DEFAULT_BUILD)-*.jar
 # The Maven profiles of a build: its Spark line, and Scala 2.12 where it is not 2.13.
 comma := ,
 profiles = spark-$(word 1,$(subst _, ,$1))$(if $(filter %_2.12,$1),$(comma)scala-2.12)
+# The Maven repository of a line whose Spark the registry serves only in part (nothing for the others).
+spark_repo = jvm/spark-from-pyspark.sh $(word 1,$(subst _, ,$1))
 
 .PHONY: demo test test-fast test-jvm test-python test-lines bench bench-quick jar jars clean
 
@@ -115,6 +117,7 @@ jar: $(JAR_DIR)/.built
 
 $(JAR_DIR)/.built: $(JVM_SOURCES)
 	@command -v mvn >/dev/null || { echo "make: Maven (mvn) and a JDK 17 are needed to build the jar"; exit 1; }
+	$(call spark_repo,$(DEFAULT_BUILD))
 	$(MVN) package -DskipTests
 	mkdir -p $(JAR_DIR) && rm -f $(JAR_DIR)/memphis-spark-$(DEFAULT_BUILD)-*.jar
 	cp $(DEFAULT_JAR) $(JAR_DIR)/
@@ -128,6 +131,7 @@ jars: jar $(addprefix jar-,$(OTHER_BUILDS))
 JAR_FLAGS ?= -DskipTests
 jar-%:
 	mkdir -p $(JAR_DIR)
+	$(call spark_repo,$*)
 	$(MVN) -P $(call profiles,$*) package $(JAR_FLAGS)
 	cp jvm/target/spark-$*/memphis-spark-$*-*.jar $(JAR_DIR)/
 

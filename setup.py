@@ -30,6 +30,7 @@ class BuildPyWithJars(build_py):
         os.makedirs(JAR_DIR, exist_ok=True)
         for line, scala in missing:
             profiles = f"spark-{line}" + (",scala-2.12" if scala == "2.12" else "")
+            subprocess.check_call(["bash", os.path.join(HERE, "jvm", "spark-from-pyspark.sh"), line])
             subprocess.check_call(["mvn", "-B", "-q", "-f", POM, "-P", profiles, "package", "-DskipTests"])
             target = os.path.join(HERE, "jvm", "target", "" if (line, scala) == default else f"spark-{line}_{scala}")
             for jar in glob.glob(os.path.join(target, f"memphis-spark-{line}_{scala}-*.jar")):

@@ -6,9 +6,16 @@ import os
 import subprocess
 import sys
 
+import pyspark
 import pytest
 
-pytestmark = pytest.mark.slow  # minutes: `make test-fast` leaves it out
+from memphis.spark.jvm import spark_line
+
+pytestmark = [
+    pytest.mark.slow,  # minutes: `make test-fast` leaves it out
+    pytest.mark.skipif(spark_line(pyspark.__version__) == "4.3",
+                       reason="no delta-spark release is built for Spark 4.3 yet (delta-spark_4.3_2.13 is not published)"),
+]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DELTA_JARS = sorted(glob.glob(os.path.join(HERE, "..", "jvm", "target", "delta-jars", "*.jar")))

@@ -111,7 +111,7 @@ def test_configure_spark_refuses_a_jvm_started_without_memphis(stop):
     assert "started without the memphis jar" in seen and "restart the Python process" in seen
 
 
-@pytest.mark.parametrize("version", ["4.3.0", "3.4.1"])
+@pytest.mark.parametrize("version", ["4.4.0", "3.4.1"])
 def test_a_spark_without_a_jar_is_one_clear_message(monkeypatch, version):
     import pyspark
 
@@ -127,16 +127,18 @@ def test_a_spark_without_a_jar_is_one_clear_message(monkeypatch, version):
 def test_the_jar_for_each_spark_line(monkeypatch, tmp_path):
     for name in ("memphis-spark-3.5_2.12-0.1.0.jar", "memphis-spark-3.5_2.13-0.1.0.jar",
                  "memphis-spark-4.0_2.13-0.1.0.jar", "memphis-spark-4.1_2.13-0.1.0.jar",
-                 "memphis-spark-4.2_2.13-0.1.0.jar", "unrelated.jar"):
+                 "memphis-spark-4.2_2.13-0.1.0.jar", "memphis-spark-4.3_2.13-0.1.0.jar", "unrelated.jar"):
         (tmp_path / name).write_bytes(b"")
     monkeypatch.setattr(jvm, "JAR_DIR", str(tmp_path))
+    assert jvm.jar_path("4.3.0", "2.13") == str(tmp_path / "memphis-spark-4.3_2.13-0.1.0.jar")
     assert jvm.jar_path("4.1.3", "2.13") == str(tmp_path / "memphis-spark-4.1_2.13-0.1.0.jar")
     assert jvm.jar_path("4.0.0", "2.13") == str(tmp_path / "memphis-spark-4.0_2.13-0.1.0.jar")
     assert jvm.jar_path("3.5.2", "2.12") == str(tmp_path / "memphis-spark-3.5_2.12-0.1.0.jar")
     assert jvm.jar_path("3.5.2", "2.13") == str(tmp_path / "memphis-spark-3.5_2.13-0.1.0.jar")
     with pytest.raises(memphis.MemphisSetupError,
                        match=r"no jar for Spark 4\.1 with Scala 2\.12 .* jars for Spark 3\.5 \(Scala 2\.12\), "
-                             r"3\.5 \(Scala 2\.13\), 4\.0 \(Scala 2\.13\), 4\.1 \(Scala 2\.13\), 4\.2 \(Scala 2\.13\)$"):
+                             r"3\.5 \(Scala 2\.13\), 4\.0 \(Scala 2\.13\), 4\.1 \(Scala 2\.13\), 4\.2 \(Scala 2\.13\), "
+                             r"4\.3 \(Scala 2\.13\)$"):
         jvm.jar_path("4.1.3", "2.12")
     # The Scala version is the one of the library jar the running Spark ships.
     assert jvm.spark_scala_version() == "2.13"

@@ -4,7 +4,7 @@ import org.apache.spark.sql.connector.catalog.Table
 import org.apache.spark.sql.execution.{DoNotCleanup, QueryExecution}
 import org.apache.spark.sql.internal.SQLConf
 
-/** Spark 4.1 and 4.2: a query's shuffle cleanup mode from its conf, DSv2 tables with id and version. */
+/** Spark 4.1 to 4.3: a query's shuffle cleanup mode from its conf, DSv2 tables with id and version. */
 object SparkShimImpl extends Spark4Shims {
   def shuffleFilesKept(conf: SQLConf): Boolean =
     QueryExecution.determineShuffleCleanupMode(conf) == DoNotCleanup &&
