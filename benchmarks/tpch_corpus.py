@@ -14,8 +14,10 @@ analyst changes a filter; a query without a year asked as it was). Plain Spark (
 three passes, and memphis asks them from empty caches; with --sessions N the session repeats,
 alternating which mode goes first, so that neither gets the warmer JVM more often (a mode's passes
 run together: turning memphis off lets go of what it holds). Each memphis answer must equal plain
-Spark's of the same pass. With --warmup an untimed pass with memphis off runs first, so that the
-first pass does not pay for the JIT's warm-up.
+Spark's of the same pass. With --warmup an untimed pass runs first, memphis on (Spark's code and
+memphis's both run in it) and its holdings let go after, so that neither mode's first pass pays
+for the JIT's warm-up: warmed with memphis off, memphis' first queries compiled its own code (Q1,
+the first it planned, read 1.9× plain Spark's time at e879ba0).
 
 While queries run a background thread samples the JVM heap and memphis' counters every 0.2 s: the
 peak heap (used, and after GC) per phase, and at every sample each place memphis holds data
@@ -386,7 +388,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                sessions=1) -> dict:
     """Generates (or reuses) the corpus' data (under ``root``, by default the corpus' build/<tag>),
     starts memphis' session in this process (with ``confs``, a dict of further Spark or memphis settings)
-    and runs the three passes (``PASSES``), after a warm-up pass (memphis off, its answers unused) if ``warmup``.
+    and runs the three passes (``PASSES``), after a warm-up pass (memphis on, its answers unused) if ``warmup``.
     With ``plain_once`` plain Spark does not ask a query again as it was (a pass fewer, for tests): the
     re-run is compared with the first pass's plain run.
 
@@ -440,7 +442,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
         """Runs one query in ``phase`` (memphis on in a memphis phase): its record, with its answer
         unless in the warm-up."""
         nonlocal down
-        spark.conf.set("spark.memphis.enabled", "true" if phase in MEMPHIS_PHASES else "false")
+        spark.conf.set("spark.memphis.enabled", "true" if phase in MEMPHIS_PHASES + ("warmup",) else "false")
         refused = within(30, lambda: memphis.stats(spark)["results_refused"]) if phase == "on" else None
         record, down = run_one(spark, worker, sampler, number, text, phase, timeout_s, corpus)
         record["session"] = session
@@ -483,7 +485,7 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                 "counters": phase_counters(within(30, lambda: memphis.stats(spark)))}
 
     try:
-        # Plain Spark's JIT warm-up, untimed, answers unused.
+        # The JIT's warm-up, untimed, answers unused; each block starts from empty caches.
         for number, text in texts.items() if warmup else ():
             if ask(number, text, "warmup", None) and down:
                 break
@@ -777,8 +779,8 @@ def main(argv=None, corpus=TPCH, description=__doc__, sf=0.1) -> int:
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds for the whole run: queries not started by then are reported as not run")
     parser.add_argument("--warmup", action="store_true",
-                        help="run the queries once more first, memphis off and untimed, "
-                             "so that no pass pays for the JIT's warm-up")
+                        help="run the queries once more first, memphis on and untimed (its holdings let go "
+                             "after), so that no pass pays for the JIT's warm-up of Spark's code or memphis'")
     parser.add_argument("--plain-once", action="store_true",
                         help="plain Spark asks no query again as it was: the re-run is compared with the first "
                              "pass's plain run (a pass fewer, as the tests run it)")

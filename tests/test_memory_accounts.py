@@ -134,6 +134,53 @@ def test_the_pressure_valve_releases_by_value_and_the_next_queries_answer_right(
     assert r["rebuilt"]["broadcasts_reused"] == r["kept"]["broadcasts_reused"], "the other one was let go"
 
 
+# A shared aggregate asked by four queries in a fresh JVM, the second while the heap stays above its
+# threshold after a collection (the threshold set to 1 byte through the JVM's own MXBean).
+CROWDED_APP = r"""
+import json, sys
+import memphis
+
+spark = memphis.session("local[2]", **json.loads(sys.argv[1]))
+jvm = spark._jvm
+old_generation = [p for p in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+                  if str(p.getType()) == "Heap memory" and p.isUsageThresholdSupported() and p.isCollectionUsageThresholdSupported()][0]
+spark.range(200_000).selectExpr("id", "id % 97 AS k").write.parquet(sys.argv[2] + "/t")
+t = spark.read.parquet(sys.argv[2] + "/t")
+
+def query(j):
+    return t.groupBy("k").count().where(f"k != {j}")
+
+def counters():
+    s = memphis.stats(spark)
+    return {k: s[k] for k in ("persisted", "refused", "hits")}
+
+answers, seen = [query(0).collect()], []
+old_generation.setCollectionUsageThreshold(1)
+jvm.java.lang.System.gc()
+seen.append(counters())
+answers.append(query(1).collect())      # its second occurrence: due, while the heap stays full
+seen.append(counters())
+old_generation.setCollectionUsageThreshold(0)   # 0: no checking
+answers.append(query(2).collect())      # its third: persisted
+seen.append(counters())
+answers.append(query(3).collect())      # its fourth: served
+seen.append(counters())
+spark.conf.set("spark.memphis.enabled", "false")
+plain = [query(j).collect() for j in range(4)]
+print(json.dumps({"seen": seen, "equal": [sorted(a) for a in answers] == [sorted(p) for p in plain]}))
+"""
+
+
+def test_nothing_is_persisted_while_the_heap_that_would_store_it_stays_full(tmp_path):
+    # Local mode stores cached relations on the driver heap, where Spark builds its broadcasts too.
+    r = run_python(CROWDED_APP, json.dumps(TEST_CONFS), str(tmp_path))
+    assert r["equal"]
+    before, crowded, persisted, served = r["seen"]
+    assert crowded["persisted"] == before["persisted"] and crowded["refused"] > before["refused"], r
+    assert persisted["persisted"] == crowded["persisted"] + 1, r
+    assert served["hits"] > persisted["hits"], r
+
+
 def test_every_budget_is_what_spark_and_the_jvm_report(spark_tier, tmp_path):
     spark = spark_tier
     jsc = spark.sparkContext._jsc.sc()

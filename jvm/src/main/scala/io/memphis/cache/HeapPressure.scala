@@ -39,6 +39,9 @@ final class HeapPressure(threshold: Double) {
     }
   }
 
+  /** Whether the old generation stayed above the threshold after the latest collection. */
+  def above: Boolean = pool.exists(_.isCollectionUsageThresholdExceeded)
+
   /** The old generation's use after the latest collection, and its maximum (for the log). */
   def describe: String = pool.fold("no old-generation pool")(p =>
     s"${p.getName}: ${p.getCollectionUsage.getUsed} bytes in use after a collection, threshold ${p.getCollectionUsageThreshold}")

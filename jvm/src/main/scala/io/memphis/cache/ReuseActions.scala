@@ -16,9 +16,10 @@ import org.apache.spark.sql.internal.SQLConf
  *
  * @param storageShare the bytes of storage memory an admission measures estimates against, under a conf
  * @param currentExecution the SQL execution this thread plans for, if any
+ * @param storageCrowdsHeap why persisting now would crowd out Spark's own work on the driver heap, if it would
  */
 final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats, storageShare: SQLConf => Long,
-    currentExecution: () => Option[Long]) {
+    currentExecution: () => Option[Long], storageCrowdsHeap: () => Option[String]) {
   /** How many times memphis persisted anything: numbers cached relations' names. Under the table's lock. */
   private var persists = 0L
 
@@ -88,7 +89,9 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
       decisions: Decisions, entries: Map[Int, CacheEntry], conf: QueryConf): (java.util.Set[LogicalPlan], Set[CacheEntry]) = {
     val owned = served(query, decisions)
     val used = mutable.Set.empty[CacheEntry] ++= decisions.served.map(entries)
-    val admitted = decisions.due.filter(i => admits(session, query.subplan(i), entries(i), conf.sql))
+    val crowded = if (decisions.due.isEmpty) None else storageCrowdsHeap()
+    crowded.foreach(why => decisions.due.foreach(i => stats.record(Counter.Refused, s"not persisting ${query.key(i).hash}: $why")))
+    val admitted = if (crowded.isDefined) Nil else decisions.due.filter(i => admits(session, query.subplan(i), entries(i), conf.sql))
     val chosen = ReusePolicy.choose(candidates, admitted, i => table.locked(entries(i).occurrences))
     table.locked(chosen.foreach { i =>
       val e = entries(i)

@@ -53,8 +53,9 @@ final class LineageCache private (val sparkContext: SparkContext) {
   private val eviction = new Eviction(table, spark, stats, storageBudgetBytes, () => checkpoints.storageBytes)
   private val storage = new StorageTracking(sparkContext, table, spark, eviction, stats, durable.materialized)
   private val slower = new SlowerQueries(eviction, stats)
-  private val actions = new ReuseActions(table, spark, stats, budgets(_).storageShare, () => currentExecution)
   private[facade] val pressure = new PressureValve(sparkContext, table, eviction, stores)
+  private val actions = new ReuseActions(table, spark, stats, budgets(_).storageShare, () => currentExecution,
+    () => pressure.storageCrowdsHeap)
 
   /** What Spark's listener reports, and the slower-query guard's executions. */
   val events = new SparkEvents(table, storage, slower)

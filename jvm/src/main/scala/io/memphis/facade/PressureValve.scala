@@ -26,6 +26,18 @@ final class PressureValve(sparkContext: SparkContext, table: EntryTable, evictio
     eviction.relieve(why, held(Counter.PressureReleases, Counter.PressureReleases, why), onDriverHeap = sparkContext.isLocal)
   }
 
+  /**
+   * Why a cached relation filled now would crowd out Spark's own work, if it would: in local mode the
+   * executors' storage memory is the driver heap, and while that stays above its threshold after a
+   * collection, a broadcast that Spark builds there next may find no room ("Not enough memory to
+   * build and broadcast the table": TPC-DS' edited pass with a 640 MiB driver, where plain Spark
+   * answered). The valve lets go of what memphis holds; persisting more then would refill it.
+   */
+  def storageCrowdsHeap: Option[String] =
+    if (sparkContext.isLocal && pressure.above) Some(s"the driver heap, where local mode stores cached relations, " +
+      s"stays above driver.pressureThreshold after a collection (${pressure.describe})")
+    else None
+
   /** Lets go of the broadcasts and kept results of least value per byte until they take at most `budget` bytes. */
   def fit(budget: Long): Unit = {
     def over = stores.broadcasts.heldBytes + stores.collected.heldBytes - budget
