@@ -121,13 +121,15 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
 
   /**
    * A SQL execution ended: registers the broadcasts it built whose build side had a key, within
-   * `budgetNow` when known (what is kept on the driver heap changed since the query was planned).
+   * `budgetNow` when known (what is kept on the driver heap changed since the query was planned),
+   * unless the heap is `crowded` (why, if it is: kept now, a broadcast would take the room of the
+   * next one Spark builds there).
    */
-  def executionEnded(end: SparkListenerSQLExecutionEnd, budgetNow: Option[Long]): Unit =
+  def executionEnded(end: SparkListenerSQLExecutionEnd, budgetNow: Option[Long], crowded: Option[String]): Unit =
     try {
       budgetNow.foreach(b => synchronized { budget = b })
       PhysicalPlans.builtBroadcasts(end).foreach { built =>
-        PhysicalPlans.broadcastExchange(built).getTagValue(JoinBroadcasts.KeyTag).foreach(register(built, _))
+        PhysicalPlans.broadcastExchange(built).getTagValue(JoinBroadcasts.KeyTag).foreach(register(built, _, crowded))
       }
     } catch {
       case NonFatal(e) => CacheStats.log.warn(s"memphis: did not register the broadcasts of a query: $e", e)
@@ -138,7 +140,7 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
    * could read was registered (it ended after the query was planned, or it is a plain exchange,
    * which cannot serve adaptive execution), so the newer one serves at least as many queries.
    */
-  private def register(plan: SparkPlan, planned: PlannedBroadcast): Unit = synchronized {
+  private def register(plan: SparkPlan, planned: PlannedBroadcast, crowded: Option[String]): Unit = synchronized {
     val key = planned.key
     expected -= key.hash
     val identity = PhysicalPlans.exchangeIdentity(plan)
@@ -153,6 +155,8 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
       val likely = if (builds > 1) Some(s"built $builds times") else recent.firstMet(id, "broadcasts built")
       if (likely.isEmpty) {
         stats.record(Counter.BroadcastsSeen, s"seen broadcast ${key.hash}: first build, kept if built again")
+      } else if (crowded.isDefined) {
+        stats.record(Counter.Refused, s"no reuse of broadcast ${key.hash}: ${crowded.get}")
       } else if (bytes > budget * Admission.MaxShare) {
         stats.record(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed its share " +
           s"(${Admission.MaxShare} of the budget of $budget)")

@@ -48,6 +48,14 @@ object RecentRecurrence {
    */
   def recurs(recurred: Seq[Boolean]): Boolean = recurred.size < NoRecurrenceAfter || recurred.contains(true)
 
+  /**
+   * Whether persisting a subplan that recurred still pays, given whether each recent bet paid (a
+   * persist read again, a held-back one back): a fill costs about one computation of the subplan and
+   * each read saves one, so a persist pays once read; it stops paying when [[NoRecurrenceAfter]] or
+   * more were judged and fewer than half of them paid.
+   */
+  def pays(paid: Seq[Boolean]): Boolean = paid.size < NoRecurrenceAfter || 2 * paid.count(identity) >= paid.size
+
   /** Why the next new one is worth keeping now, given whether each recent one recurred: when at least half (and one) did. */
   def reason(recurred: Seq[Boolean], what: String): Option[String] = {
     val came = recurred.count(identity)

@@ -66,7 +66,7 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
     decisions.recentlyDue.foreach(i => table.due(entries(i)))
     decisions.heldBack.foreach(i => stats.record(Counter.RefusedNotRecurring, s"not persisting ${query.key(i).hash} on " +
       s"occurrence ${entries(i).occurrences}: " + (if (decisions.heldAgain.contains(i))
-        "none of the last subplans persisted was read again" else "none of the last subplans found due came back")))
+        "fewer than half of the last subplans persisted were read again" else "none of the last subplans found due came back")))
     decisions.heldAgain.foreach(i => table.heldAgain(entries(i)))
     table.queryObserved()
     entries.toMap

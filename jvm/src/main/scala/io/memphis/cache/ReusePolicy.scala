@@ -25,10 +25,11 @@ import scala.collection.mutable
  * it came back (`persistRecurring`): a notebook whose queries changed since (other years, other
  * filters) meets their shared subplans a second time and often never a third, and filling a cached
  * relation that no query reads only slows the query that fills it. One held back that comes back
- * is due again, and the recurrence it shows lets it through, but only while the subplans persisted
- * lately were read again (`persistsRead`): in such a notebook a third occurrence is often the last
- * too (TPC-DS' edited pass: 8 persisted on their third occurrence, none read, the queries that filled
- * them up to 3× slower). Held back then, it is let through on its next return.
+ * is due again, and the recurrence it shows lets it through, but only while persisting pays
+ * (`persistsRead`: at least half of the recent persists were read again, or of the ones held back
+ * after their `minOccurrences`-th occurrence came back): in such a notebook a third or fourth
+ * occurrence is often the last too (TPC-DS' edited pass: 7 to 9 persisted on later occurrences, none
+ * read, the queries that filled them 2–5× slower).
  * Of the due ones that admission lets through, [[choose]] picks which to persist.
  */
 object ReusePolicy {
@@ -64,7 +65,7 @@ object ReusePolicy {
    * which keep their first occurrence's shuffle; which aggregates join the recent ones, in order;
    * which reached their `minOccurrences`-th occurrence (they join the recently due ones), and which
    * are held back, not persisted: on that occurrence as the recently due ones did not come back, on
-   * the next (`heldAgain`, they join the recent persists' outcomes) as the recent persists were not read.
+   * later ones (`heldAgain`, they join the recent persists' outcomes) as persisting did not pay.
    */
   final case class Decisions(observed: Seq[Observation], served: Seq[Int], due: Seq[Int], ahead: Map[String, String],
       retain: Seq[Int], recentlyMet: Seq[Int], recentlyDue: Seq[Int], heldBack: Seq[Int], heldAgain: Seq[Int] = Nil)
@@ -74,8 +75,8 @@ object ReusePolicy {
    * aggregates'), `recent` (the ids of the aggregates first met inside earlier queries, oldest
    * first, at most `recentSize`), `persistRecurring` (whether the subplans due on their
    * `minOccurrences`-th occurrence in earlier queries came back: [[RecentRecurrence.recurs]]) and
-   * `persistsRead` (whether the subplans persisted lately were read again, or those held back on the
-   * next occurrence came back).
+   * `persistsRead` (whether persisting pays: [[RecentRecurrence.pays]] of the recent persists, read
+   * again or not, and of those held back on a later occurrence, back or not).
    */
   def decide(candidates: IndexedSeq[Candidate], past: Map[String, Past], recent: Seq[String], recentSize: Int,
       conf: QueryConf, persistRecurring: Boolean = true, persistsRead: Boolean = true): Decisions = {
@@ -136,7 +137,7 @@ object ReusePolicy {
                 else if (occurrences == conf.minOccurrences) {
                   dueMet += i
                   if (persistRecurring) due += i else heldBack += i
-                } else if (occurrences == conf.minOccurrences + 1 && conf.minOccurrences > 1 && !persistsRead) {
+                } else if (occurrences > conf.minOccurrences && conf.minOccurrences > 1 && !persistsRead) {
                   heldBack += i
                   heldAgain += i
                 } else if (occurrences >= conf.minOccurrences) due += i

@@ -134,7 +134,7 @@ final class LineageCache private (val sparkContext: SparkContext) {
       val (candidates, past, recent) = query.policyInput(table, spark, session, conf.persistAhead)
       val decisions = ReusePolicy.decide(candidates, past, recent, table.recentSize, conf,
         persistRecurring = RecentRecurrence.recurs(table.recentlyDue.judged),
-        persistsRead = RecentRecurrence.recurs(table.recentPersists.judged))
+        persistsRead = RecentRecurrence.pays(table.recentPersists.judged))
       (candidates, decisions, if (executing) actions.observe(query, decisions, planned) else Map.empty[Int, CacheEntry])
     }
     // The entries remembered now take room on the driver heap too.

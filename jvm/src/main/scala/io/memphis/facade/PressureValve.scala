@@ -34,8 +34,11 @@ final class PressureValve(sparkContext: SparkContext, table: EntryTable, evictio
    * answered). The valve lets go of what memphis holds; persisting more then would refill it.
    */
   def storageCrowdsHeap: Option[String] =
-    if (sparkContext.isLocal && pressure.above) Some(s"the driver heap, where local mode stores cached relations, " +
-      s"stays above driver.pressureThreshold after a collection (${pressure.describe})")
+    if (sparkContext.isLocal) heapCrowded.map(why => s"$why; local mode stores cached relations there") else None
+
+  /** Why the driver heap has no room for more of memphis's holdings, if it has none: it stays above its threshold after a collection. */
+  def heapCrowded: Option[String] =
+    if (pressure.above) Some(s"the driver heap stays above driver.pressureThreshold after a collection (${pressure.describe})")
     else None
 
   /** Lets go of the broadcasts and kept results of least value per byte until they take at most `budget` bytes. */

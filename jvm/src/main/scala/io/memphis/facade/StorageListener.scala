@@ -50,7 +50,7 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
       // Broadcasts register within the driver heap's budget now (results kept since the query was
       // planned count too), and then kept results and broadcasts fit it together.
       val conf = PhysicalPlans.sessionOf(end).map(SparkShimImpl.sqlConf)
-      cache.broadcasts.executionEnded(end, conf.map(cache.budgets(_).joinBroadcastBudget))
+      cache.broadcasts.executionEnded(end, conf.map(cache.budgets(_).joinBroadcastBudget), cache.pressure.heapCrowded)
       conf.foreach(cache.fitDriverHeap)
       PhysicalPlans.normalizedPlan(end).foreach(cache.executed)
     case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.releases.connectSessionClosed(user, session) }

@@ -59,14 +59,14 @@ class ReusePolicySuite extends AnyFunSuite {
     assert(decide(Seq(join), seen).due == Seq(0) && decide(Seq(join), seen).recentlyDue == Seq(0))
   }
 
-  test("a subplan on the occurrence after its k-th is held back while the recent persists were not read") {
+  test("a subplan on an occurrence after its k-th is held back while persisting does not pay") {
     def decideNow(past: Past, min: Int = 2) = ReusePolicy.decide(IndexedSeq(join), Map("j" -> past), Nil, 16,
       settings(min = min), persistsRead = false)
     val held = decideNow(Past(EntryState.Seen, 2))
     assert(held.observed == Seq(Miss(0)) && held.due.isEmpty && held.heldBack == Seq(0) && held.heldAgain == Seq(0))
     assert(held.recentlyDue.isEmpty)
-    // Back once more after that: it is due.
-    assert(decideNow(Past(EntryState.Seen, 3)).due == Seq(0))
+    // Back once more: held back again, until the recent bets pay.
+    assert(decideNow(Past(EntryState.Seen, 3)).heldAgain == Seq(0))
     // The k-th occurrence answers to the due ones' recurrence only; an evicted one and minOccurrences=1 are untouched.
     assert(decideNow(Past(EntryState.Seen, 1)).due == Seq(0))
     assert(decideNow(Past(EntryState.Evicted, 2)).due == Seq(0))
@@ -88,13 +88,14 @@ class ReusePolicySuite extends AnyFunSuite {
     assert(table.recentPersists.judged.isEmpty, "none had the time to be read")
     (1 to EntryTable.DueSettlesAfter).foreach(_ => table.queryObserved())
     assert(table.recentPersists.judged == Seq(false, false, false, false))
-    assert(!RecentRecurrence.recurs(table.recentPersists.judged))
+    assert(!RecentRecurrence.pays(table.recentPersists.judged))
     persisted(0).occurrences += 1 // asked again without reading it (it was let go): not paid
-    assert(!RecentRecurrence.recurs(table.recentPersists.judged))
+    assert(!RecentRecurrence.pays(table.recentPersists.judged))
     persisted(1).hits += 1
     assert(table.recentPersists.judged == Seq(false, true, false, false))
+    assert(!RecentRecurrence.pays(table.recentPersists.judged), "one of four paid")
     held.occurrences += 1
-    assert(table.recentPersists.judged.last)
+    assert(table.recentPersists.judged.last && RecentRecurrence.pays(table.recentPersists.judged), "two of four paid")
   }
 
   test("a due subplan not met again counts as not recurring only after a few more queries") {
