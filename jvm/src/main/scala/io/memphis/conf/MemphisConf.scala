@@ -183,8 +183,9 @@ object MemphisConf {
       "collection usage threshold), makes memphis let go of what it holds on the driver heap, lowest value " +
       "per byte first: the first holding, then the next while what is let go stays within half of what was " +
       "held; nothing while all of it is under 1% of the heap. Join broadcasts, kept results, and in local mode " +
-      "(where executor storage is the driver heap) idle cached relations. Counted as pressure_releases. In local " +
-      "mode nothing is persisted while the heap stays above it (counted as refused). Fixed when the SparkContext starts.",
+      "(where executor storage is the driver heap) idle cached relations. Counted as pressure_releases. While the " +
+      "heap stays above it, no join broadcast is kept and, in local mode, nothing is persisted (counted as refused). " +
+      "Fixed when the SparkContext starts.",
     static = true)(parseFraction)
 
   val LocalDiskFraction: Entry[Double] = Entry(

@@ -12,7 +12,9 @@ import org.apache.spark.SparkContext
  *  - The pressure valve: when the heap stays above its threshold after a collection
  *    ([[HeapPressure]]), lets go of them and, in local mode, where executors' storage is the driver
  *    heap, of idle materialized entries, lowest value per byte first (see [[Eviction.relieve]]).
- *    Spark would otherwise run out of memory with them referenced.
+ *    Spark would otherwise run out of memory with them referenced. While the heap stays there, no
+ *    join broadcast is kept and, in local mode, no subplan persisted ([[heapCrowded]]): memphis would
+ *    refill what it let go, and Spark's next broadcast build would find no room.
  *  - The budget: a result kept may take the room of join broadcasts worth less per byte (a query's
  *    rows are a few KiB standing for seconds of work; a broadcast hash relation tens of MiB standing
  *    for its build), so after one is kept the least valuable of both stores go until they fit.

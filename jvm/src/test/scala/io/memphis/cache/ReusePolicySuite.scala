@@ -14,6 +14,13 @@ class ReusePolicySuite extends AnyFunSuite {
   private def decide(candidates: Seq[Candidate], past: Map[String, Past] = Map.empty, recent: Seq[String] = Nil,
       conf: QueryConf = settings()) = ReusePolicy.decide(candidates.toIndexedSeq, past, recent, 16, conf)
 
+  /** An entry of `table` met `occurrences` times. */
+  private def remembered(table: EntryTable, id: String, occurrences: Int) = {
+    val e = table.remember(id, LineageKey(id, "Join", Nil, Nil, 1), "alice", 0L)
+    e.occurrences = occurrences
+    e
+  }
+
   private val join = Candidate(Right("j"))
   private val agg = Candidate(Right("a"), keepsShuffle = true)
 
@@ -76,11 +83,7 @@ class ReusePolicySuite extends AnyFunSuite {
 
   test("a persist pays once read again, a held-back one once it comes back, each judged after a few queries") {
     val table = new EntryTable(shared = true, recentSize = 16)
-    def entry(id: String) = {
-      val e = table.remember(id, LineageKey(id, "Join", Nil, Nil, 1), "alice", 0L)
-      e.occurrences = 3
-      e
-    }
+    def entry(id: String) = remembered(table, id, occurrences = 3)
     val persisted = (1 to 3).map(i => entry(s"p$i"))
     persisted.foreach(table.persisted)
     val held = entry("h")
@@ -100,11 +103,7 @@ class ReusePolicySuite extends AnyFunSuite {
 
   test("a due subplan not met again counts as not recurring only after a few more queries") {
     val table = new EntryTable(shared = true, recentSize = 16)
-    def entry(id: String) = {
-      val e = table.remember(id, LineageKey(id, "Join", Nil, Nil, 1), "alice", 0L)
-      e.occurrences = 2
-      e
-    }
+    def entry(id: String) = remembered(table, id, occurrences = 2)
     val due = (1 to 4).map(i => entry(s"d$i"))
     due.foreach(table.due)
     assert(table.recentlyDue.judged.isEmpty, "none had the time to come back")
