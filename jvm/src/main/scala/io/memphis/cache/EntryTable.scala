@@ -42,10 +42,10 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
     d => queries - d.query >= EntryTable.DueSettlesAfter)
 
   /**
-   * Subplans persisted, and those held back on an occurrence after their `minOccurrences`-th, newest
-   * last: whether the persisted ones were read again, and the held-back ones came back, decides
-   * whether the next one due on such a later occurrence is persisted ([[ReusePolicy]],
-   * [[RecentRecurrence.pays]]). Judged after as many queries as the due ones.
+   * Subplans persisted, and those held back as persisting did not pay, newest last: whether the
+   * persisted ones were read again, and the held-back ones came back, decides whether the next due
+   * one is persisted ([[ReusePolicy]], [[RecentRecurrence.pays]]). Judged after as many queries as
+   * the due ones.
    */
   val recentPersists = new RecentRecurrence[EntryTable.Outcome](recentSize, _.paid,
     o => queries - o.query >= EntryTable.DueSettlesAfter)
@@ -53,8 +53,8 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
   /** `e` was persisted now: it pays once read again. */
   def persisted(e: CacheEntry): Unit = recentPersists.add(EntryTable.Outcome(e, persisted = true, e.hits, queries))
 
-  /** `e` was held back now, on an occurrence after its `minOccurrences`-th: persisting it would have paid had it come back. */
-  def heldAgain(e: CacheEntry): Unit =
+  /** `e` was held back now as persisting did not pay: it would have paid had it come back. */
+  def heldUnpaid(e: CacheEntry): Unit =
     recentPersists.add(EntryTable.Outcome(e, persisted = false, e.occurrences, queries))
 
   /** Counts a query the policy decided on and that runs. */

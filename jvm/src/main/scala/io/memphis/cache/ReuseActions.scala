@@ -65,9 +65,9 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
     decisions.recentlyMet.foreach(i => table.recent.add(entries(i)))
     decisions.recentlyDue.foreach(i => table.due(entries(i)))
     decisions.heldBack.foreach(i => stats.record(Counter.RefusedNotRecurring, s"not persisting ${query.key(i).hash} on " +
-      s"occurrence ${entries(i).occurrences}: " + (if (decisions.heldAgain.contains(i))
+      s"occurrence ${entries(i).occurrences}: " + (if (decisions.heldUnpaid.contains(i))
         "fewer than half of the last subplans persisted were read again" else "none of the last subplans found due came back")))
-    decisions.heldAgain.foreach(i => table.heldAgain(entries(i)))
+    decisions.heldUnpaid.foreach(i => table.heldUnpaid(entries(i)))
     table.queryObserved()
     entries.toMap
   }

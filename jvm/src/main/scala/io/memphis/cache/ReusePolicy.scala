@@ -25,11 +25,12 @@ import scala.collection.mutable
  * it came back (`persistRecurring`): a notebook whose queries changed since (other years, other
  * filters) meets their shared subplans a second time and often never a third, and filling a cached
  * relation that no query reads only slows the query that fills it. One held back that comes back
- * is due again, and the recurrence it shows lets it through, but only while persisting pays
- * (`persistsRead`: at least half of the recent persists were read again, or of the ones held back
- * after their `minOccurrences`-th occurrence came back): in such a notebook a third or fourth
- * occurrence is often the last too (TPC-DS' edited pass at e879ba0: 8 persisted on their third
- * occurrence, none read, the queries that filled them 2–3× slower).
+ * is due again, and the recurrence it shows lets it through. Either is persisted only while
+ * persisting pays (`persistsRead`: at least half of the recent persists were read again, or of the
+ * ones held back for that reason came back): in such a notebook a third or fourth occurrence is
+ * often the last too (TPC-DS' edited pass at e879ba0: 8 persisted on their third occurrence, none
+ * read, the queries that filled them 2–3× slower), and a re-run whose kept rows were let go meets
+ * every subplan a second time and never a third (a 640 MiB driver at b7dc203: 36 persisted, 2 read).
  * Of the due ones that admission lets through, [[choose]] picks which to persist.
  */
 object ReusePolicy {
@@ -64,11 +65,11 @@ object ReusePolicy {
    * are served; which are due (in order), with why for those persisted ahead (by entry id);
    * which keep their first occurrence's shuffle; which aggregates join the recent ones, in order;
    * which reached their `minOccurrences`-th occurrence (they join the recently due ones), and which
-   * are held back, not persisted: on that occurrence as the recently due ones did not come back, on
-   * later ones (`heldAgain`, they join the recent persists' outcomes) as persisting did not pay.
+   * are held back, not persisted: on that occurrence as the recently due ones did not come back, or
+   * on any (`heldUnpaid`, they join the recent persists' outcomes) as persisting did not pay.
    */
   final case class Decisions(observed: Seq[Observation], served: Seq[Int], due: Seq[Int], ahead: Map[String, String],
-      retain: Seq[Int], recentlyMet: Seq[Int], recentlyDue: Seq[Int], heldBack: Seq[Int], heldAgain: Seq[Int] = Nil)
+      retain: Seq[Int], recentlyMet: Seq[Int], recentlyDue: Seq[Int], heldBack: Seq[Int], heldUnpaid: Seq[Int] = Nil)
 
   /**
    * Decides on `candidates` given `past` (by entry id: the candidates' entries and the recent
@@ -76,7 +77,7 @@ object ReusePolicy {
    * first, at most `recentSize`), `persistRecurring` (whether the subplans due on their
    * `minOccurrences`-th occurrence in earlier queries came back: [[RecentRecurrence.recurs]]) and
    * `persistsRead` (whether persisting pays: [[RecentRecurrence.pays]] of the recent persists, read
-   * again or not, and of those held back on a later occurrence, back or not).
+   * again or not, and of those held back as it did not, back or not).
    */
   def decide(candidates: IndexedSeq[Candidate], past: Map[String, Past], recent: Seq[String], recentSize: Int,
       conf: QueryConf, persistRecurring: Boolean = true, persistsRead: Boolean = true): Decisions = {
@@ -84,7 +85,7 @@ object ReusePolicy {
     var known = past
     var window = recent
     val observed = mutable.ArrayBuffer.empty[Observation]
-    val served, due, retain, met, dueMet, heldBack, heldAgain = mutable.ArrayBuffer.empty[Int]
+    val served, due, retain, met, dueMet, heldBack, heldUnpaid = mutable.ArrayBuffer.empty[Int]
     val ahead = mutable.Map.empty[String, String]
     val metInQuery = mutable.Set.empty[String]
     val repeated = candidates.flatMap(_.key.toOption).groupBy(identity).collect { case (id, at) if at.size > 1 => id }.toSet
@@ -134,19 +135,20 @@ object ReusePolicy {
               } else {
                 observed += Miss(i)
                 if (p.state == EntryState.Evicted) due += i
-                else if (occurrences == conf.minOccurrences) {
-                  dueMet += i
-                  if (persistRecurring) due += i else heldBack += i
-                } else if (occurrences > conf.minOccurrences && conf.minOccurrences > 1 && !persistsRead) {
-                  heldBack += i
-                  heldAgain += i
-                } else if (occurrences > conf.minOccurrences) due += i
+                else if (occurrences >= conf.minOccurrences) {
+                  if (occurrences == conf.minOccurrences) dueMet += i
+                  if (occurrences == conf.minOccurrences && !persistRecurring) heldBack += i
+                  else if (conf.minOccurrences > 1 && !persistsRead) {
+                    heldBack += i
+                    heldUnpaid += i
+                  } else due += i
+                }
               }
           }
       }
     }
     Decisions(observed.toList, served.toList, due.toList, ahead.toMap, retain.toList, met.toList, dueMet.toList,
-      heldBack.toList, heldAgain.toList)
+      heldBack.toList, heldUnpaid.toList)
   }
 
   /**

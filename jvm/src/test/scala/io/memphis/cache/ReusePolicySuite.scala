@@ -66,16 +66,17 @@ class ReusePolicySuite extends AnyFunSuite {
     assert(decide(Seq(join), seen).due == Seq(0) && decide(Seq(join), seen).recentlyDue == Seq(0))
   }
 
-  test("a subplan on an occurrence after its k-th is held back while persisting does not pay") {
+  test("a due subplan is held back while persisting does not pay") {
     def decideNow(past: Past, min: Int = 2) = ReusePolicy.decide(IndexedSeq(join), Map("j" -> past), Nil, 16,
       settings(min = min), persistsRead = false)
     val held = decideNow(Past(EntryState.Seen, 2))
-    assert(held.observed == Seq(Miss(0)) && held.due.isEmpty && held.heldBack == Seq(0) && held.heldAgain == Seq(0))
+    assert(held.observed == Seq(Miss(0)) && held.due.isEmpty && held.heldBack == Seq(0) && held.heldUnpaid == Seq(0))
     assert(held.recentlyDue.isEmpty)
     // Back once more: held back again, until the recent bets pay.
-    assert(decideNow(Past(EntryState.Seen, 3)).heldAgain == Seq(0))
-    // The k-th occurrence answers to the due ones' recurrence only; an evicted one and minOccurrences=1 are untouched.
-    assert(decideNow(Past(EntryState.Seen, 1)).due == Seq(0))
+    assert(decideNow(Past(EntryState.Seen, 3)).heldUnpaid == Seq(0))
+    // The k-th occurrence too, and it still joins the recently due ones; an evicted one and minOccurrences=1 are untouched.
+    val kth = decideNow(Past(EntryState.Seen, 1))
+    assert(kth.due.isEmpty && kth.heldUnpaid == Seq(0) && kth.recentlyDue == Seq(0))
     assert(decideNow(Past(EntryState.Evicted, 2)).due == Seq(0))
     assert(decideNow(Past(EntryState.Seen, 1), min = 1).due == Seq(0))
     assert(decide(Seq(join), Map("j" -> Past(EntryState.Seen, 2))).due == Seq(0))
@@ -87,7 +88,7 @@ class ReusePolicySuite extends AnyFunSuite {
     val persisted = (1 to 3).map(i => entry(s"p$i"))
     persisted.foreach(table.persisted)
     val held = entry("h")
-    table.heldAgain(held)
+    table.heldUnpaid(held)
     assert(table.recentPersists.judged.isEmpty, "none had the time to be read")
     (1 to EntryTable.DueSettlesAfter).foreach(_ => table.queryObserved())
     assert(table.recentPersists.judged == Seq(false, false, false, false))
