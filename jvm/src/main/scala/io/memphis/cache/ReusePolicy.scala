@@ -69,7 +69,7 @@ object ReusePolicy {
    * on any (`heldUnpaid`, they join the recent persists' outcomes) as persisting did not pay.
    */
   final case class Decisions(observed: Seq[Observation], served: Seq[Int], due: Seq[Int], ahead: Map[String, String],
-      retain: Seq[Int], recentlyMet: Seq[Int], recentlyDue: Seq[Int], heldBack: Seq[Int], heldUnpaid: Seq[Int] = Nil)
+      retain: Seq[Int], recentlyMet: Seq[Int], recentlyDue: Seq[Int], heldBack: Seq[Int], heldUnpaid: Seq[Int])
 
   /**
    * Decides on `candidates` given `past` (by entry id: the candidates' entries and the recent
