@@ -7,6 +7,9 @@
 # the other modules, nor their parent POM, so Maven cannot resolve spark-sql. pyspark 4.3.0 (PyPI)
 # ships every module's jar, each with its own POM inside (META-INF/maven); the parent POM is 4.2.0's
 # with its version changed, as the two releases ship the same third-party jars, each at the same version.
+# Each module's POM goes in without its test-scoped dependencies: no user of the module needs them,
+# and 4.2.0's parent gives no version to some that 4.3.0's modules added (spark-sql's com.ibm.db2:jcc),
+# which would make Maven drop spark-sql's transitive dependencies (ORC's among them).
 # Delete a line from the case below once the registry serves its Spark whole.
 set -euo pipefail
 case ${1:?a Spark line} in
@@ -15,7 +18,10 @@ case ${1:?a Spark line} in
 esac
 cd "$(dirname "$0")"
 repo=target/spark-repo/org/apache/spark
-test -f "$repo/spark-parent_2.13/$version/done" && exit 0
+made=$repo/spark-parent_2.13/$version/made-without-test-deps
+test -f "$made" && exit 0
+# Maven's local repository keeps its copies of an earlier making's files: they go too.
+rm -rf "$HOME"/.m2/repository/org/apache/spark/spark-*_2.13/$version
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -28,7 +34,10 @@ put() { # <artifact> <file> <ext>: one file of the repository, with the checksum
 }
 for jar in "$tmp"/pyspark-*/deps/jars/spark-*_2.13-"$version".jar; do
   artifact=$(basename "$jar" "-$version.jar")
-  unzip -p "$jar" "META-INF/maven/org.apache.spark/$artifact/pom.xml" > "$tmp/pom.xml"
+  unzip -p "$jar" "META-INF/maven/org.apache.spark/$artifact/pom.xml" |
+    "${PYTHON:-python3}" -c 'import re, sys
+sys.stdout.write(re.sub(r"\s*<dependency>(?:(?!</dependency>).)*<scope>test</scope>(?:(?!</dependency>).)*</dependency>", "",
+                        sys.stdin.read(), flags=re.S))' > "$tmp/pom.xml"
   put "$artifact" "$jar" jar
   put "$artifact" "$tmp/pom.xml" pom
 done
@@ -36,4 +45,4 @@ mvn -B -q dependency:get -Dartifact="org.apache.spark:spark-parent_2.13:$like:po
 sed "0,/<version>$like<\/version>/s//<version>$version<\/version>/" \
   "$HOME/.m2/repository/org/apache/spark/spark-parent_2.13/$like/spark-parent_2.13-$like.pom" > "$tmp/parent.pom"
 put spark-parent_2.13 "$tmp/parent.pom" pom
-touch "$repo/spark-parent_2.13/$version/done"
+touch "$made"
