@@ -29,11 +29,25 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The URL of a Spark Connect server with memphis, started as a user would start it."""
-    port, log = free_port(), tmp_path_factory.mktemp("connect") / "server.log"
+    yield from serving(tmp_path_factory.mktemp("connect") / "server.log")
+
+
+@pytest.fixture(scope="module")
+def durable_server(tmp_path_factory):
+    """A Spark Connect server with the durable tier on, in a folder of its own: (its URL, the folder)."""
+    durable = tmp_path_factory.mktemp("connect-durable")
+    for url in serving(durable / "server.log", f"spark.memphis.durable.dir={durable / 'tier'}"):
+        yield url, durable / "tier"
+
+
+def serving(log, *confs):
+    """Starts a Spark Connect server with memphis and these confs, logging to `log`; yields its URL, then stops it."""
+    port = free_port()
     with open(log, "w") as out:
         process = subprocess.Popen(
             [MEMPHIS, "connect-server", "--port", str(port), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.sql.shuffle.partitions=4"],
+             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.sql.shuffle.partitions=4"] +
+            [arg for conf in confs for arg in ("--conf", conf)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + 240
@@ -47,10 +61,10 @@ def server(tmp_path_factory):
         process.wait(timeout=60)
 
 
-def client(server, scenario, tmp_path) -> dict:
+def client(server, scenario, tmp_path, env=None) -> dict:
     """What a client process saw running ``scenario`` (a function of connect_client.py)."""
     done = subprocess.run([sys.executable, CLIENT, server, scenario, json.dumps({"path": str(tmp_path / "data")})],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # the last line: explain() prints above it
 
@@ -121,3 +135,27 @@ def test_the_demo_runs_over_connect(server, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "demo on Spark" in done.stdout and server in done.stdout
     assert "every stage answers the same with memphis off and on" in done.stdout
+
+
+def test_clients_that_send_no_user_id_share_nothing_and_keep_nothing_durable(durable_server, tmp_path):
+    # pyspark sends $SPARK_USER, else $USER, when the connection names no user: a client without them sends none.
+    url, durable = durable_server
+    env = {k: v for k, v in os.environ.items() if k not in ("USER", "SPARK_USER")}
+    seen = client(url, "anonymous", tmp_path, env=env)
+    assert seen["user_ids"] == [None, None, None]
+    answers = seen["answers"]
+    assert all(answer == seen["expected"] for run in answers.values() for answer in run)
+    # Each such session is its own scope: the second is never served the first's entries, and lists only its own.
+    owners = {name: {e["owner"] for e in seen["sees"][name]} for name in ("first", "second", "third")}
+    assert all(len(o) == 1 and next(iter(o)).startswith("connect-session:") for o in owners.values())
+    assert len(set.union(*owners.values())) == 3
+    assert any(e["state"] == "materialized" and "no known user" in e["reason"] for e in seen["sees"]["first"])
+    assert seen["moved"]["refused_other_user"] >= 3  # occurrences another scope's held entry would have served
+    # Nothing of theirs in the durable tier, read or written; each of their runs counted. A named user's as before.
+    assert not any(e["tier"] == "durable" for name in ("first", "second", "third") for e in seen["sees"][name])
+    assert seen["moved"]["refused_unknown_user"] >= 7 and seen["moved"]["durable_hits"] == 0
+    assert seen["moved"]["durable_writes"] >= 1 and [n for n in os.listdir(durable) if not n.startswith(".")] == ["frank"]
+    assert {e["owner"] for e in seen["sees"]["named"]} == {"frank"}
+    assert any(e["tier"] == "durable" for e in seen["sees"]["named"])
+    # The first session closing lets go of what its entries hold, though other sessions without a user id are open.
+    assert seen["released_on_close"]

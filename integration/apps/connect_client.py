@@ -127,6 +127,34 @@ def users(url, path):
             "entries": cache_rows(alice_again, "alice2") + cache_rows(bob, "bob")}
 
 
+def anonymous(url, path):
+    """Sessions of no user id (the process has neither $SPARK_USER nor $USER) and of a named user run one aggregate."""
+    first, second, third = (SparkSession.builder.remote(url).create() for _ in range(3))
+    named, off = connect(url, "frank"), connect(url, "reference")
+    off.conf.set("spark.memphis.enabled", "false")
+    write_part(path, 0, 60_000, "part-0.parquet")
+    before = stats(named)
+    answers = {name: [rows(aggregate(spark, path)) for _ in range(3)]
+               for name, spark in [("first", first), ("second", second), ("named", named)]}
+    deadline = time.time() + 120
+    while stats(named)["durable_writes_pending"] and time.time() < deadline:
+        time.sleep(0.2)
+    answers["third"] = [rows(aggregate(third, path))]  # after the writes: nothing durable to read either
+    listed = "SELECT tier, key, state, owner, reason FROM memphis_cache()"
+    sees = {name: [r.asDict() for r in spark.sql(listed).collect()]
+            for name, spark in [("first", first), ("second", second), ("third", third), ("named", named)]}
+    after = stats(named)
+    seen = {"user_ids": [s.client._user_id for s in (first, second, third)], "answers": answers,
+            "expected": rows(aggregate(off, path)), "sees": sees, "moved": {k: after[k] - before[k] for k in after}}
+    evicted = after["evicted"]
+    first.stop()
+    deadline = time.time() + 30
+    while time.time() < deadline and stats(named)["evicted"] == evicted:
+        time.sleep(0.5)
+    seen["released_on_close"] = stats(named)["evicted"] > evicted
+    return seen
+
+
 def explain(url, path):
     """A query explained and analyzed, then run: one occurrence."""
     spark = connect(url, "erin")

@@ -175,7 +175,8 @@ def stats(spark) -> dict:
 
     Spark tier (what ``SELECT * FROM memphis_stats()`` shows): hits, misses, persisted,
     materialized, evicted, invalidated, refused, refused_other_user (another user's entry, not
-    served: ``spark.memphis.shareAcrossUsers``), refused_cross_join, refused_broadcast_join, refused_estimated_size,
+    served: ``spark.memphis.shareAcrossUsers``), refused_unknown_user (the durable tier not read or
+    written for a Spark Connect session that sent no user id), refused_cross_join, refused_broadcast_join, refused_estimated_size,
     refused_slower, refused_not_recurring (due, held back: the session's due subplans did not come back, or its persists were not read),
     pressure_releases, bytes_held, compute_saved_ms, shuffles_retained,
     shuffles_reused, persisted_ahead; for loops checkpointed,

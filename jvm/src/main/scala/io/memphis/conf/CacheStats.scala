@@ -41,6 +41,7 @@ object CacheStats {
     val Invalidated = Value("invalidated")
     val Refused = Value("refused")
     val RefusedOtherUser = Value("refused_other_user")
+    val RefusedUnknownUser = Value("refused_unknown_user")
     val RefusedCrossJoin = Value("refused_cross_join")
     val RefusedEstimatedSize = Value("refused_estimated_size")
     val RefusedBroadcastJoin = Value("refused_broadcast_join")

@@ -34,7 +34,9 @@ object MemphisConf {
       "query produced may serve another user's queries. false: each user gets entries of their own, so " +
       "no one reads through the cache a source they could not read. true: one entry per subplan for " +
       "everyone (less storage when users share data and rights). The user is Spark's, as current_user() " +
-      "returns it. Fixed when the SparkContext starts: set it before, spark.conf.set refuses it.", static = true)(parseBoolean)
+      "returns it; over Spark Connect, the user id the client sent (not authenticated by Spark), and a session " +
+      "that sent none is a scope of its own, with nothing in the durable tier. Fixed when the SparkContext " +
+      "starts: set it before, spark.conf.set refuses it.", static = true)(parseBoolean)
 
   val StorageFraction: Entry[Double] = Entry(
     Prefix + "storage.fraction", "0.7", "a number greater than 0 and at most 1",

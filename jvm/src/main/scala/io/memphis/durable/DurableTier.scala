@@ -8,7 +8,7 @@ import scala.util.control.NonFatal
 
 import io.memphis.cache.CacheEntry
 import io.memphis.checkpoint.CheckpointFiles
-import io.memphis.conf.{CacheStats, MemphisConf}
+import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.durable.Manifest.{Refused, Serve, Stale}
 import io.memphis.lineage.LineageKey
@@ -87,17 +87,35 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
 
   def enabled: Boolean = root.isDefined
 
+  /**
+   * Whether the tier is on but keeps nothing of `user`'s, neither read nor written: a Spark Connect
+   * session of no known user ([[ConnectSessions.unknown]]), whose folder would be shared by every
+   * such client. Shared entries are everyone's, so with `shareAcrossUsers` this user's are kept too.
+   */
+  def refuses(user: String): Boolean = enabled && !shared && ConnectSessions.unknown(user)
+
+  /** The root `user`'s folders are under; none when the tier is off or [[refuses]] the user. */
+  private def rootFor(user: String): Option[String] = root.filter(_ => !refuses(user)).map(_.toString)
+
   /** The folder of `user`'s Spark entries. */
-  def folderOf(user: String): Option[Path] = root.map(r => DurableLayout.sparkFolder(r.toString, user, shared))
+  def folderOf(user: String): Option[Path] = rootFor(user).map(DurableLayout.sparkFolder(_, user, shared))
 
   /** The folder of `user`'s collected rows. */
-  def collectedFolderOf(user: String): Option[Path] = root.map(r => DurableLayout.collectedFolder(r.toString, user, shared))
+  def collectedFolderOf(user: String): Option[Path] = rootFor(user).map(DurableLayout.collectedFolder(_, user, shared))
+
+  /** Whether `owner`'s result `what` is not written because the tier [[refuses]] them; counted and logged then. */
+  private def refusedWrite(owner: String, what: String): Boolean = refuses(owner) && {
+    stats.record(Counter.RefusedUnknownUser, s"$what not written to the durable tier: ${DurableTier.unknownUser(owner)}")
+    true
+  }
 
   /**
    * Entry `e` became materialized (called under the lineage cache's lock): when admitted, its
-   * write is queued; nothing waits for it.
+   * write is queued; nothing waits for it. An unknown user's is not, as its reason says (`memphis_cache()`).
    */
-  def materialized(e: CacheEntry): Unit = for {
+  def materialized(e: CacheEntry): Unit = if (refusedWrite(e.owner, e.key.hash)) {
+    e.reason = s"${e.reason}; not written to the durable tier: no known user"
+  } else for {
     folder <- folderOf(e.owner)
     relation <- e.relation
     s <- session
@@ -109,7 +127,7 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
    * flat ([[CollectedRowsFile.unstorable]]), their write is queued; nothing waits for it.
    */
   def collected(key: LineageKey, owner: String, types: Seq[DataType], rows: Seq[InternalRow], costMs: Long,
-      bytes: Long): Unit = collectedFolderOf(owner).foreach { folder =>
+      bytes: Long): Unit = if (!refusedWrite(owner, s"the collected rows of ${key.hash}")) collectedFolderOf(owner).foreach { folder =>
     CollectedRowsFile.unstorable(types) match {
       case Some(why) => stats.record(Counter.DurableNotAdmitted, s"rows of ${key.hash} not written to the durable tier: $why")
       case None => offer(folder, key, owner, costMs, bytes, Left(RowsJob(key, owner, types, rows, costMs)))
@@ -284,6 +302,9 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
 }
 
 object DurableTier {
+  /** Why the tier keeps nothing of `user`'s, a user it refuses: for the counter's log line. */
+  def unknownUser(user: String): String = s"no known user ($user: a Spark Connect session that sent no user id)"
+
   /** How long a listing of a user's folder serves the queries planned after it. */
   val ListingMs = 1000L
 

@@ -5,7 +5,7 @@ import java.util.IdentityHashMap
 import io.memphis.cache.{Executions, QueryCandidates}
 import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
-import io.memphis.durable.DurableResult
+import io.memphis.durable.{DurableResult, DurableTier}
 import io.memphis.lineage.{LineageKey, StandsFor}
 import org.apache.spark.sql.catalyst.plans.logical.{CollectMetrics, LeafNode, LogicalPlan}
 import org.apache.spark.sql.memphis.SparkShimImpl
@@ -17,7 +17,8 @@ import org.apache.spark.sql.memphis.SparkShimImpl
  * key, [[StandsFor]]).
  *
  * When: a query with a candidate subplan (an expensive operator: see [[QueryCandidates.isCandidate]])
- * while the durable tier is on and holds entries of the query's user: one listing of the user's
+ * while the durable tier is on and holds entries of the query's user (never of an unknown user's,
+ * [[DurableTier.refuses]]: a run counts `refused_unknown_user` instead): one listing of the user's
  * folder per such query, then the query's keys (computed once for all phases). The outermost
  * candidates whose shape has an entry are looked up, unless memphis holds them in Spark storage
  * (a read from memory is cheaper) or Spark holds a cached relation of them, they read an outer
@@ -34,7 +35,12 @@ object DurableReadRule {
     if (!tier.enabled) plan
     else {
       tier.session = Some(query.session)
-      if (!plan.exists(QueryCandidates.isCandidate(_, plan))) plan else new Query(query, plan).run()
+      if (!plan.exists(QueryCandidates.isCandidate(_, plan))) plan
+      else if (tier.refuses(query.user)) {
+        if (query.executing) query.cache.stats.record(Counter.RefusedUnknownUser,
+          s"the durable tier not read for a query: ${DurableTier.unknownUser(query.user)}")
+        plan
+      } else new Query(query, plan).run()
     }
   }
 
