@@ -6,7 +6,7 @@ import io.memphis.cache.{CacheEntry, EntryState, EntryTable, Eviction, Execution
   StorageTracking}
 import io.memphis.checkpoint.Checkpoints
 import io.memphis.collected.{CollectedResults, KeepRequest, KeptResult}
-import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
+import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf, MemphisEvents}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.durable.DurableTier
 import io.memphis.facade.LineageCache.Marks
@@ -31,7 +31,7 @@ import org.apache.spark.sql.types.DataType
  * monitors come between them (the order is written at [[io.memphis.cache.Store]]).
  */
 final class LineageCache private (val sparkContext: SparkContext) {
-  val stats = new CacheStats
+  val stats = new CacheStats(new MemphisEvents(Some(sparkContext)))
 
   /**
    * Whether an entry serves the queries of every user, or only those of the user whose query

@@ -1,0 +1,67 @@
+package org.apache.spark.memphis.ui
+
+import io.memphis.conf.{MemphisConf, MemphisDecisionEvent, MemphisEntry, MemphisEvents, MemphisPlace, MemphisStat, MemphisStateEvent}
+import org.apache.spark.{SecurityManager, SparkConf}
+import org.apache.spark.status.ElementTrackingStore
+import org.apache.spark.util.JsonProtocol
+import org.apache.spark.util.kvstore.InMemoryStore
+import org.scalatest.funsuite.AnyFunSuite
+
+/** The memphis tab's state from memphis's events, as the live UI and the History Server build it. */
+class MemphisUiSuite extends AnyFunSuite {
+  private def decision(i: Int) = MemphisDecisionEvent(1000L + i, "hits", s"reuse key$i", i.toLong)
+
+  private def entry(owner: String) = MemphisEntry("ab" * 16, "lineitem", "Aggregate ← files", s"plan of $owner",
+    "materialized", owner, 2048L, 3L, 300L, 0L, 0L, "second occurrence")
+
+  private val state = MemphisStateEvent(5000L, 7L, Seq(MemphisStat("hits", 3)), Seq(MemphisStat("bytes_held", 2048)),
+    Seq(MemphisPlace("Spark storage", 2048, 4096)), Seq(entry("alice"), entry("bob")), 2L)
+
+  private def filled(retained: Int, decisions: Int): MemphisStatusStore = {
+    val kvstore = new ElementTrackingStore(new InMemoryStore, new SparkConf)
+    val listener = new MemphisStatusListener(kvstore, retained)
+    (0 until decisions).foreach(i => listener.onOtherEvent(decision(i)))
+    listener.onOtherEvent(state)
+    new MemphisStatusStore(kvstore)
+  }
+
+  test("the store keeps the newest `retained` decisions, newest first, and the latest state") {
+    val store = filled(retained = 3, decisions = 5)
+    assert(store.decisions.map(_.reason) == Seq("reuse key4", "reuse key3", "reuse key2"))
+    assert(store.state.contains(state))
+    assert(store.nonEmpty)
+    assert(!new MemphisStatusStore(new InMemoryStore).nonEmpty)
+  }
+
+  test("the events survive Spark's event log: written as JSON and read back equal") {
+    for (event <- Seq(decision(1), state)) {
+      assert(JsonProtocol.sparkEventFromJson(JsonProtocol.sparkEventToJsonString(event)) == event)
+    }
+  }
+
+  test("with UI ACLs on, only an entry's owner and the admins read its plan text") {
+    val conf = new SparkConf().set("spark.acls.enable", "true").set("spark.ui.view.acls", "alice,bob")
+      .set("spark.admin.acls", "root")
+    val security = new SecurityManager(conf)
+    def page(viewer: Option[String]) = MemphisPage.content(filled(10, 1), viewer, security, identity, 6000L).toString
+    assert(page(Some("alice")).contains("plan of alice") && !page(Some("alice")).contains("plan of bob"))
+    assert(page(Some("bob")).contains("plan of bob") && !page(Some("bob")).contains("plan of alice"))
+    assert(page(Some("root")).contains("plan of alice") && page(Some("root")).contains("plan of bob"))
+    assert(!page(None).contains("plan of"))
+    // ACLs off: the whole UI is open, and so is every plan.
+    val open = MemphisPage.content(filled(10, 1), None, new SecurityManager(new SparkConf), identity, 6000L).toString
+    assert(open.contains("plan of alice") && open.contains("plan of bob"))
+  }
+
+  test("the page links each decision's query to the SQL tab's execution") {
+    val html = MemphisPage.content(filled(10, 1), None, new SecurityManager(new SparkConf), p => s"/base$p", 6000L).toString
+    assert(html.contains("""href="/base/SQL/execution/?id=0""""))
+    assert(html.contains("""href="/base/SQL/execution/?id=7""""))
+  }
+
+  test("nothing is posted while neither the UI nor the event log is on, or retained is 0") {
+    assert(!new MemphisEvents(None).enabled)
+    assert(MemphisConf.problem(MemphisConf.UiRetained.key, "-1").isDefined)
+    assert(MemphisConf.UiRetained.get(new SparkConf().set(MemphisConf.UiRetained.key, "0")) == 0)
+  }
+}
