@@ -38,6 +38,7 @@ def browse(url, tmp_path, screenshot=None):
     args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             f"--user-data-dir={tmp_path / 'chromium-profile'}"]
     if screenshot:
+        os.makedirs(os.path.dirname(screenshot), exist_ok=True)
         args += [f"--screenshot={screenshot}", "--window-size=1400,1500", "--hide-scrollbars"]
     else:
         args += ["--dump-dom"]
@@ -106,6 +107,8 @@ class App:
         # The shared aggregate: seen, persisted on its second occurrence, served on the third.
         for threshold in (0, 100, 200):
             per_key(self.spark, path).where(f"total > {threshold}").collect()
+        # The first question again: answered from the rows it collected (a served subplan).
+        self.served_rows = len(per_key(self.spark, path).where("total > 0").collect())
         # An unseeded random value: no key, refused with its reason.
         self.spark.read.parquet(path).selectExpr("k", "rand() AS r").groupBy("k").sum("r").collect()
         self._live = None
@@ -163,10 +166,29 @@ def test_live_tab_shows_decisions_entries_and_the_counters_of_memphis_stats(app,
     assert executions and f"/SQL/execution/?id={executions[0]}" in Rows(page).links
     sql_page = browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={executions[0]}", tmp_path)
     assert f"Details for Query {executions[0]}" in sql_page
-    os.makedirs(ARTIFACTS, exist_ok=True)
     shot = os.path.join(ARTIFACTS, "memphis-tab.png")
     browse(f"http://127.0.0.1:{app.port}/memphis/", tmp_path, screenshot=shot)
     assert os.path.getsize(shot) > 10_000  # a rendered page, not an empty image
+
+
+def test_sql_tab_shows_what_memphis_served(app, tmp_path):
+    queries = Rows(app.live()).tables["memphis-queries"]
+    served = [int(e) for e, cells in queries.items() if "results_reused" in cells[1]]
+    assert len(served) == 1, queries
+    # The SQL tab's node of the served subplan, with its metrics (the status store, through Spark's REST API).
+    url = f"http://127.0.0.1:{app.port}/api/v1/applications/{app.app_id}/sql/{served[0]}?details=true"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        nodes = json.load(r)["nodes"]
+    node = next(n for n in nodes if n["nodeName"] == "ServedByMemphis")
+    metrics = {m["name"]: m["value"] for m in node["metrics"]}
+    assert int(metrics["rows served by memphis"].replace(",", "")) == app.served_rows
+    assert "compute time saved" in metrics
+    # And in the browser: the execution page's plan graph carries them.
+    page = browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={served[0]}", tmp_path)
+    assert "ServedByMemphis" in page and "rows served by memphis" in page
+    shot = os.path.join(ARTIFACTS, "memphis-sql-metric.png")
+    browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={served[0]}", tmp_path, screenshot=shot)
+    assert os.path.getsize(shot) > 10_000
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,15 @@ final case class MemphisStat(name: String, value: Long)
 /** What memphis holds in one place (Spark storage, the driver heap, local disk) against its budget. */
 final case class MemphisPlace(place: String, heldBytes: Long, budgetBytes: Long)
 
-/**
- * One cache entry as the tab shows it: `tables` and `shape` say in words what it stands for; `plan`
- * is its canonical plan text, which only who may read the entry sees (see the tab's page).
- */
-final case class MemphisEntry(key: String, tables: String, shape: String, plan: String, state: String, owner: String,
+/** One cache entry as the tab shows it: `tables` and `shape` say in words what it stands for. */
+final case class MemphisEntry(key: String, tables: String, shape: String, state: String, owner: String,
     sizeBytes: Long, hits: Long, savedMs: Long, firstSeen: Long, lastAccess: Long, reason: String)
+
+/**
+ * The canonical plan text of key `key`, which only who may read its entries sees (see the tab's page):
+ * posted once, before the first state that shows an entry of that key (a key's plan never changes).
+ */
+final case class MemphisPlanEvent(key: String, plan: String) extends SparkListenerEvent
 
 /**
  * The state after a SQL execution: the `memphis_stats()` rows (`counters`, then the rest as `stats`),
@@ -44,6 +47,18 @@ final class MemphisEvents(sc: Option[SparkContext]) {
     c.getConf.getBoolean("spark.ui.enabled", true) || c.getConf.getBoolean("spark.eventLog.enabled", false))
 
   def post(event: => SparkListenerEvent): Unit = if (enabled) sc.foreach(SparkRuntime.post(_, event))
+
+  // Guarded by this: the keys of the entries of the last state posted, whose plans were posted.
+  private var plansPosted = Set.empty[String]
+
+  /** Posts `state`, after the plan text (`plan(key)`) of each of its entries' keys the last state did not show. */
+  def postState(state: => MemphisStateEvent, plan: String => String): Unit = if (enabled) synchronized {
+    val posted = state
+    val keys = posted.entries.map(_.key).toSet
+    (keys -- plansPosted).foreach(k => post(MemphisPlanEvent(k, plan(k))))
+    plansPosted = keys
+    post(posted)
+  }
 
   /**
    * The SQL execution the calling thread runs, or -1. Spark sets it on the thread before planning an

@@ -2,6 +2,7 @@ package io.memphis.facade
 
 import io.memphis.cache.HeapPressure
 import io.memphis.conf.{MemphisEntry, MemphisPlace, MemphisStat, MemphisStateEvent}
+import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.internal.SQLConf
 
 /**
@@ -20,19 +21,25 @@ object StatsRows {
   private val ShapeChars = 400
   private val PlanChars = 8000
 
-  /** The state after SQL execution `executionId`: the rows of [[of]] and the `retained` most recently used entries. */
-  def state(cache: LineageCache, conf: SQLConf, executionId: Long, retained: Int): MemphisStateEvent = {
-    def stats(rows: Seq[(String, Long)]) = rows.map { case (name, value) => MemphisStat(name, value) }
-    val entries = cache.entryRows(e => (e.lastAccess, e)).sortBy(-_._1)
-    val shown = entries.take(retained).map { case (_, e) =>
-      val plan = e.key.explain
-      MemphisEntry(e.key.hash, e.key.tables.mkString(", "), e.key.shape(ShapeChars),
-        if (plan.length <= PlanChars) plan else plan.take(PlanChars) + "…", e.state.toString, e.owner, e.sizeBytes, e.hits,
-        e.hits * e.costMs, e.firstSeen, e.lastAccess, e.reason)
-    }
-    val accounts = cache.budgets(conf)
-    val places = accounts.places.map { case (place, held, budget) => MemphisPlace(place, held, budget) }
-    MemphisStateEvent(System.currentTimeMillis(), executionId, stats(cache.stats.snapshot), stats(beyondCounters(cache, accounts)),
-      places, shown, entries.size)
+  /**
+   * Posts the state after SQL execution `executionId` for the memphis tab: the rows of [[of]] and the
+   * `retained` most recently used entries, after the plans of their keys not posted yet.
+   */
+  def postState(cache: LineageCache, conf: SQLConf, executionId: Long): Unit = {
+    val events = cache.stats.events
+    val keys = scala.collection.mutable.Map.empty[String, LineageKey]
+    events.postState({
+      def stats(rows: Seq[(String, Long)]) = rows.map { case (name, value) => MemphisStat(name, value) }
+      val entries = cache.entryRows(e => (e.lastAccess, e)).sortBy(-_._1)
+      val shown = entries.take(events.retained).map { case (_, e) =>
+        keys(e.key.hash) = e.key
+        MemphisEntry(e.key.hash, e.key.tables.mkString(", "), e.key.shape(ShapeChars), e.state.toString, e.owner,
+          e.sizeBytes, e.hits, e.hits * e.costMs, e.firstSeen, e.lastAccess, e.reason)
+      }
+      val accounts = cache.budgets(conf)
+      val places = accounts.places.map { case (place, held, budget) => MemphisPlace(place, held, budget) }
+      MemphisStateEvent(System.currentTimeMillis(), executionId, stats(cache.stats.snapshot),
+        stats(beyondCounters(cache, accounts)), places, shown, entries.size)
+    }, key => { val plan = keys(key).explain; if (plan.length <= PlanChars) plan else plan.take(PlanChars) + "…" })
   }
 }

@@ -56,7 +56,7 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
       conf.foreach(cache.fitDriverHeap)
       PhysicalPlans.normalizedPlan(end).foreach(cache.executed)
       // The memphis tab's counters and entries as they are after this execution (see MemphisEvents).
-      cache.stats.events.post(StatsRows.state(cache, conf.getOrElse(SQLConf.get), end.executionId, cache.stats.events.retained))
+      StatsRows.postState(cache, conf.getOrElse(SQLConf.get), end.executionId)
     case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.releases.connectSessionClosed(user, session) }
   }
 }

@@ -4,7 +4,7 @@ import scala.annotation.meta.getter
 import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.annotation.JsonIgnore
-import io.memphis.conf.{MemphisDecisionEvent, MemphisStateEvent}
+import io.memphis.conf.{MemphisDecisionEvent, MemphisPlanEvent, MemphisStateEvent}
 import org.apache.spark.scheduler.{SparkListener, SparkListenerEvent}
 import org.apache.spark.status.ElementTrackingStore
 import org.apache.spark.util.kvstore.{KVIndex, KVStore}
@@ -21,10 +21,13 @@ object StateRow {
   val Id = "memphis"
 }
 
+/** The plan text of a key the latest state shows. */
+final class PlanRow(@(KVIndex @getter) val key: String, val plan: String)
+
 /**
  * Builds the memphis tab's state in a status store from memphis's events: in the live UI (on Spark's
  * status queue) and in the History Server (replaying the event log), so both show the same. Keeps the
- * `retained` newest decisions and the latest state: its memory is bounded.
+ * `retained` newest decisions, the latest state and the plans of its entries: its memory is bounded.
  */
 final class MemphisStatusListener(store: ElementTrackingStore, retained: Int) extends SparkListener {
   // The listener bus calls a listener from one thread at a time.
@@ -35,7 +38,14 @@ final class MemphisStatusListener(store: ElementTrackingStore, retained: Int) ex
       store.write(new DecisionRow(posted, decision))
       if (posted >= retained) store.delete(classOf[DecisionRow], posted - retained)
       posted += 1
-    case state: MemphisStateEvent => store.write(new StateRow(state))
+    case plan: MemphisPlanEvent => store.write(new PlanRow(plan.key, plan.plan))
+    case state: MemphisStateEvent =>
+      store.write(new StateRow(state))
+      // The plans of keys this state no longer shows: a plan is posted again when its key comes back.
+      val shown = state.entries.map(_.key).toSet
+      val rows = store.view(classOf[PlanRow]).closeableIterator()
+      val gone = try rows.asScala.map(_.key).filterNot(shown).toList finally rows.close()
+      gone.foreach(store.delete(classOf[PlanRow], _))
     case _ =>
   }
 }
@@ -44,6 +54,9 @@ final class MemphisStatusListener(store: ElementTrackingStore, retained: Int) ex
 final class MemphisStatusStore(store: KVStore) {
   def state: Option[MemphisStateEvent] =
     try Some(store.read(classOf[StateRow], StateRow.Id).event) catch { case _: NoSuchElementException => None }
+
+  def plan(key: String): Option[String] =
+    try Some(store.read(classOf[PlanRow], key).plan) catch { case _: NoSuchElementException => None }
 
   /** The newest decisions, newest first. */
   def decisions: Seq[MemphisDecisionEvent] = {

@@ -72,7 +72,8 @@ object MemphisPage {
       case Some(state) =>
         <p>State after SQL execution {executionLink(state.executionId, link)}, at {UIUtils.formatDate(state.time)}:
           {state.entriesTotal} entries{if (state.entries.size < state.entriesTotal) s", the ${state.entries.size} most recently used shown" else ""}.</p> ++
-          placesSection(state) ++ entriesSection(state.entries, e => mayReadPlan(security, viewer, e.owner), now) ++
+          placesSection(state) ++ entriesSection(state.entries,
+            e => if (mayReadPlan(security, viewer, e.owner)) Right(store.plan(e.key)) else Left(()), now) ++
           queriesSection(decisions, link) ++ decisionsSection(decisions, link) ++ countersSection(state)
     }
   }
@@ -100,7 +101,8 @@ object MemphisPage {
     <h4>Counters (memphis_stats())</h4> ++ table("memphis-stats", Seq("Name", "Value"),
       (state.counters ++ state.stats).map(s => <tr data-stat={s.name}><td>{s.name}</td><td class="memphis-value">{s.value}</td></tr>))
 
-  private def entriesSection(entries: Seq[MemphisEntry], mayRead: MemphisEntry => Boolean, now: Long): Seq[Node] =
+  /** The entries, each with its plan text (Left where the viewer may not read it). */
+  private def entriesSection(entries: Seq[MemphisEntry], plan: MemphisEntry => Either[Unit, Option[String]], now: Long): Seq[Node] =
     <h4>Entries</h4> ++ table("memphis-entries",
       Seq("Key", "Tables", "Subplan", "State", "Owner", "Size", "Hits", "Time saved", "Age", "Reason", "Plan"),
       entries.map(e =>
@@ -108,8 +110,10 @@ object MemphisPage {
           <td title={e.key}>{e.key.take(12)}</td><td>{e.tables}</td><td>{e.shape}</td><td>{e.state}</td><td>{e.owner}</td>
           <td>{bytes(e.sizeBytes)}</td><td>{e.hits}</td><td>{UIUtils.formatDuration(e.savedMs)}</td>
           <td>{UIUtils.formatDuration(math.max(0L, now - e.firstSeen))}</td><td>{e.reason}</td>
-          <td>{if (mayRead(e)) <details><summary>plan</summary><pre class="memphis-plan">{e.plan}</pre></details>
-               else <span class="memphis-plan-hidden">only its owner may read it</span>}</td>
+          <td>{plan(e) match {
+            case Left(_) => <span class="memphis-plan-hidden">only its owner may read it</span>
+            case Right(text) => text.toSeq.map(t => <details><summary>plan</summary><pre class="memphis-plan">{t}</pre></details>)
+          }}</td>
         </tr>))
 
   private def queriesSection(decisions: Seq[MemphisDecisionEvent], link: String => String): Seq[Node] = {

@@ -105,6 +105,11 @@ object SparkRuntime {
   /** Posts `event` on the SparkContext's listener bus (its listeners and its event log see it). */
   def post(sc: SparkContext, event: org.apache.spark.scheduler.SparkListenerEvent): Unit = sc.listenerBus.post(event)
 
+  /** Sends metrics set on the driver to the SQL execution this thread runs (the SQL tab shows them). */
+  def postDriverMetrics(sc: SparkContext, metrics: Seq[org.apache.spark.sql.execution.metric.SQLMetric]): Unit =
+    org.apache.spark.sql.execution.metric.SQLMetrics.postDriverMetricUpdates(sc,
+      sc.getLocalProperty(org.apache.spark.sql.execution.SQLExecution.EXECUTION_ID_KEY), metrics)
+
   /** Whether this thread is running a listener of Spark's listener bus now. */
   def onListenerThread: Boolean = org.apache.spark.scheduler.LiveListenerBus.withinListenerThread.value
 
