@@ -55,7 +55,7 @@ $(BROWSER):
 
 # Every other Spark line, each at both ends of its patch releases, and Java 11 and 21
 # (integration/lines/run.sh says what runs; docs/compatibility.md what it found).
-test-lines: $(VENV)/.installed
+test-lines: $(VENV)/.installed $(BROWSER)
 	PY=$(PY) PYTHON=$(PYTHON) PYTEST_WORKERS=$(PYTEST_WORKERS) bash integration/lines/run.sh
 
 # The TPC-H scale and driver sizes of the corpus `make bench` runs (benchmarks/tpch_corpus.py,
