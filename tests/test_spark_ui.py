@@ -105,7 +105,8 @@ class App:
         path = sales(self.spark, str(tmp_path / "sales"))
         self.key = memphis.lineage_key(per_key(self.spark, path))
         # The shared aggregate: seen, persisted on its second occurrence, served on the third.
-        for threshold in (0, 100, 200):
+        self.first_rows = len(per_key(self.spark, path).where("total > 0").collect())
+        for threshold in (100, 200):
             per_key(self.spark, path).where(f"total > {threshold}").collect()
         # The first question again: answered from the rows it collected (a served subplan).
         self.served_rows = len(per_key(self.spark, path).where("total > 0").collect())
@@ -171,16 +172,25 @@ def test_live_tab_shows_decisions_entries_and_the_counters_of_memphis_stats(app,
     assert os.path.getsize(shot) > 10_000  # a rendered page, not an empty image
 
 
-def test_sql_tab_shows_what_memphis_served(app, tmp_path):
-    queries = Rows(app.live()).tables["memphis-queries"]
-    served = [int(e) for e, cells in queries.items() if "results_reused" in cells[1]]
-    assert len(served) == 1, queries
-    # The SQL tab's node of the served subplan, with its metrics (the status store, through Spark's REST API).
-    url = f"http://127.0.0.1:{app.port}/api/v1/applications/{app.app_id}/sql/{served[0]}?details=true"
+def node_metrics(app, execution, node_name):
+    """The SQL metrics of a node of an execution's plan, as the SQL tab shows them (Spark's REST API)."""
+    url = f"http://127.0.0.1:{app.port}/api/v1/applications/{app.app_id}/sql/{execution}?details=true"
     with urllib.request.urlopen(url, timeout=30) as r:
         nodes = json.load(r)["nodes"]
-    node = next(n for n in nodes if n["nodeName"] == "ServedByMemphis")
-    metrics = {m["name"]: m["value"] for m in node["metrics"]}
+    [node] = [n for n in nodes if n["nodeName"] == node_name]
+    return {m["name"]: m["value"] for m in node["metrics"]}
+
+
+def executions_with(app, decision):
+    """The SQL executions the live tab lists with ``decision`` among their decisions."""
+    queries = Rows(app.live()).tables["memphis-queries"]
+    return [int(e) for e, cells in queries.items() if decision in cells[1]]
+
+
+def test_sql_tab_shows_what_memphis_served(app, tmp_path):
+    served = executions_with(app, "results_reused")
+    assert len(served) == 1
+    metrics = node_metrics(app, served[0], "ServedByMemphis")
     assert int(metrics["rows served by memphis"].replace(",", "")) == app.served_rows
     assert "compute time saved" in metrics
     # And in the browser: the execution page's plan graph carries them.
@@ -189,6 +199,13 @@ def test_sql_tab_shows_what_memphis_served(app, tmp_path):
     shot = os.path.join(ARTIFACTS, "memphis-sql-metric.png")
     browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={served[0]}", tmp_path, screenshot=shot)
     assert os.path.getsize(shot) > 10_000
+
+
+def test_sql_tab_shows_what_memphis_kept(app):
+    # The first question: its shuffle kept for the second occurrence, its rows for a later question.
+    [first] = executions_with(app, "shuffles_retained")
+    assert node_metrics(app, first, "RetainShuffle")["shuffles kept by memphis"] == "1"
+    assert int(node_metrics(app, first, "KeepResult")["rows kept by memphis"].replace(",", "")) == app.first_rows
 
 
 @pytest.fixture(scope="module")

@@ -191,11 +191,13 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * The shuffles the first occurrence of the seen entry `id` wrote ([[io.memphis.reuse.RetainShuffleExec]]):
    * kept for its second occurrence, for at most `spark.memphis.reuse.retainedShuffles` entries,
    * oldest let go first (Spark then cleans their files as it would have), fewer when local disk is short.
+   * Returns how many it kept (0: none).
    */
-  def retainShuffles(id: String, shuffles: Seq[SparkPlan]): Unit = table.locked {
+  def retainShuffles(id: String, shuffles: Seq[SparkPlan]): Long = table.locked {
     def overDisk = { val disk = budgets(SQLConf.get); disk.localDiskHeld > disk.localDiskBudget }
-    table.retainShuffles(id, shuffles, MemphisConf.RetainedShuffles.get(SQLConf.get), () => overDisk).foreach(e =>
-      stats.record(Counter.ShufflesRetained, s"retain ${shuffles.size} shuffle(s) of the first occurrence of ${e.key.hash}"))
+    val kept = table.retainShuffles(id, shuffles, MemphisConf.RetainedShuffles.get(SQLConf.get), () => overDisk)
+    kept.foreach(e => stats.record(Counter.ShufflesRetained, s"retain ${shuffles.size} shuffle(s) of the first occurrence of ${e.key.hash}"))
+    kept.fold(0L)(_ => shuffles.size.toLong)
   }
 
   /**
