@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 JAR_DIR := python/memphis/jars
+# The stamp of the browser the UI tests use (the browser target below).
+BROWSER := .make/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JVM_SOURCES := jvm/pom.xml $(shell find jvm/src -type f 2>/dev/null)
 MVN := mvn -B -q -f jvm/pom.xml
 # The jars memphis builds, <Spark line>_<Scala version> (jvm/builds.txt); the first is the default line.
@@ -17,7 +20,7 @@ profiles = spark-$(word 1,$(subst _, ,$1))$(if $(filter %_2.12,$1),$(comma)scala
 # The Maven repository of a line whose Spark the registry serves only in part (nothing for the others).
 spark_repo = jvm/spark-from-pyspark.sh $(word 1,$(subst _, ,$1))
 
-.PHONY: demo test test-fast test-jvm test-python test-lines bench bench-quick jar jars clean
+.PHONY: demo test test-fast test-jvm test-python test-lines bench bench-quick jar jars clean browser
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/memphis demo
@@ -36,16 +39,23 @@ test-jvm: $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 # Files are handed out in collection order, the longest first (tests/conftest.py), not by their number of tests.
 PYTEST := $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
-test-python: $(VENV)/.installed
+test-python: $(VENV)/.installed $(BROWSER)
 	$(PYTEST) --durations=20
 
 # The Python tests without those marked slow (over ~20 s each: benchmarks, corpora, soaks): minutes, not tens.
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed $(BROWSER)
 	$(PYTEST) -m "not slow"
+
+# The browser tests/test_spark_ui.py reads the Spark UI with: Debian's chromium, installed once
+# (through sudo unless root); a chromium already on the PATH is used as it is.
+browser: $(BROWSER)
+$(BROWSER):
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
+	mkdir -p $(dir $@) && touch $@
 
 # Every other Spark line, each at both ends of its patch releases, and Java 11 and 21
 # (integration/lines/run.sh says what runs; docs/compatibility.md what it found).
-test-lines: $(VENV)/.installed
+test-lines: $(VENV)/.installed $(BROWSER)
 	PY=$(PY) PYTHON=$(PYTHON) PYTEST_WORKERS=$(PYTEST_WORKERS) bash integration/lines/run.sh
 
 # The TPC-H scale and driver sizes of the corpus `make bench` runs (benchmarks/tpch_corpus.py,

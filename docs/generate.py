@@ -35,6 +35,7 @@ SEE = {
     "spark.memphis.broadcast.maxBytes": "[the user guide](user-guide.md#broadcasting-driver-values)",
     "spark.memphis.broadcast.joinMaxBytes": "[Rules](architecture.md#rules)",
     "spark.memphis.gpu.memoryFraction": "[the GPU tier](gpu.md)",
+    "spark.memphis.ui.retained": "[the memphis tab](user-guide.md#what-it-did-the-memphis-tab-of-the-spark-ui)",
 }
 
 

@@ -5,11 +5,13 @@ session switches its whole Python process to Connect mode, which the classic tes
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -27,9 +29,16 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The URL of a Spark Connect server with memphis, started as a user would start it."""
-    yield from serving(tmp_path_factory.mktemp("connect") / "server.log")
+def server_ui():
+    """The address of the Connect server's Spark UI."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, server_ui):
+    """The URL of a Spark Connect server with memphis, started as a user would start it (its UI on, at server_ui)."""
+    yield from serving(tmp_path_factory.mktemp("connect") / "server.log", "spark.ui.enabled=true",
+                       f"spark.ui.port={server_ui.rsplit(':', 1)[1]}")
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +78,21 @@ def client(server, scenario, tmp_path, env=None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])  # the last line: explain() prints above it
 
 
-def test_reuse_over_connect_answers_as_memphis_off_and_a_new_file_invalidates(server, tmp_path):
+def test_reuse_over_connect_answers_as_memphis_off_and_a_new_file_invalidates(server, server_ui, tmp_path):
     seen = client(server, "reuse", tmp_path)
     assert all(answer == seen["expected"] for answer in seen["answers"])
     [entry] = seen["entries"]
     assert entry["state"] == "materialized" and entry["hits"] >= 1 and entry["owner"] == "alice"
+    # The server's UI has the memphis tab, with the entries of the Connect session's user (its state
+    # arrives on the listener bus a moment after the last query's end).
+    def owners():
+        with urllib.request.urlopen(f"{server_ui}/memphis/", timeout=30) as page:
+            rows = re.findall(r'<tr data-key="[0-9a-f]+">(.*?)</tr>', page.read().decode(), re.S)
+        return {owner for row in rows for owner in re.findall(r"<td>(alice|reference)</td>", row)}
+    deadline = time.time() + 30
+    while "alice" not in owners() and time.time() < deadline:
+        time.sleep(0.5)
+    assert "alice" in owners()
     assert seen["before"]["hits"] >= 1 and seen["before"]["materialized"] >= 1
     # A file written into the folder: the held entry is stale and recomputed, never served.
     assert seen["changed"] == seen["changed_expected"] != seen["expected"]

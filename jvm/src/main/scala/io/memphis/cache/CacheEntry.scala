@@ -65,6 +65,8 @@ object CachedRelation {
  * guarded by its lineage cache's one lock (its entry table's, [[io.memphis.cache.EntryTable]]).
  */
 final class CacheEntry(val id: String, val key: LineageKey, val owner: String, now: Long) {
+  /** When memphis first saw it (the memphis tab shows its age). */
+  val firstSeen: Long = now
   private var current: EntryState.Value = EntryState.Seen
   def state: EntryState.Value = current
   /** Its cached relation: set when persisted, and only then; dropped (one reset) when let go. */

@@ -4,8 +4,11 @@ import java.util.concurrent.atomic.AtomicLong
 
 import org.slf4j.{Logger, LoggerFactory}
 
-/** The decisions of a [[io.memphis.reuse.LineageCache]], as named counters safe to bump from any thread. */
-final class CacheStats {
+/**
+ * The decisions of a [[io.memphis.facade.LineageCache]], as named counters safe to bump from any
+ * thread; each decision is posted as a [[MemphisDecisionEvent]] too (see [[MemphisEvents]]).
+ */
+final class CacheStats(val events: MemphisEvents = new MemphisEvents(None)) {
   import CacheStats.Counter
 
   private val values: Map[Counter.Value, AtomicLong] = Counter.values.toSeq.map(_ -> new AtomicLong).toMap
@@ -13,12 +16,17 @@ final class CacheStats {
   def add(counter: Counter.Value, delta: Long = 1L): Unit = values(counter).addAndGet(delta)
 
   /**
-   * The one path for every decision (persist, reuse, evict, refuse, invalidate): counts it and logs
-   * it at debug level with its reason.
+   * The one path for every decision (persist, reuse, evict, refuse, invalidate): counts it, logs it
+   * at debug level with its reason and posts it (the message is made only when one of them needs it).
    */
   def record(counter: Counter.Value, message: => String): Unit = {
     add(counter)
-    if (CacheStats.log.isDebugEnabled) CacheStats.log.debug(s"memphis: $message")
+    val debug = CacheStats.log.isDebugEnabled
+    if (debug || events.enabled) {
+      val text = message
+      if (debug) CacheStats.log.debug(s"memphis: $text")
+      events.post(MemphisDecisionEvent(System.currentTimeMillis(), counter.toString, text, events.executionId))
+    }
   }
 
   def get(counter: Counter.Value): Long = values(counter).get

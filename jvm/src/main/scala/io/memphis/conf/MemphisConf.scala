@@ -4,6 +4,7 @@ import java.util.Locale
 
 import scala.util.Try
 
+import org.apache.spark.SparkConf
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkRuntime
 
@@ -20,6 +21,9 @@ object MemphisConf {
       val parse: String => Option[T]) {
     /** The value in this session's conf; a value that slipped past validation counts as the default. */
     def get(conf: SQLConf): T = parse(conf.getConfString(key, default)).getOrElse(parse(default).get)
+
+    /** The value a SparkContext started with (for static keys), the default when unset or invalid. */
+    def get(conf: SparkConf): T = parse(conf.get(key, default)).getOrElse(parse(default).get)
   }
 
   val Enabled: Entry[Boolean] = Entry(
@@ -212,10 +216,19 @@ object MemphisConf {
       "the bytes the GPU tier's memory pool holds (cached values, live arrays and free blocks); MEMPHIS " +
       "uses 0.9.")(parseFraction)
 
+  // Static: the events are posted, and the tab's memory bounded, for the SparkContext's life.
+  val UiRetained: Entry[Int] = Entry(
+    Prefix + "ui.retained", "1000", "a whole number from 0 to 100000",
+    "How many of memphis's newest decisions (persisted, served, refused, evicted, invalidated, each with " +
+      "its reason), and of its most recently used entries, the memphis tab of the Spark UI and the History " +
+      "Server keep. memphis posts its decisions and, after each SQL execution, its counters and entries as " +
+      "Spark listener events (so they reach the event log) while the UI or the event log is on; 0 posts none " +
+      "and shows no tab. Fixed when the SparkContext starts.", static = true)(wholeNumber(0, 100000))
+
   val All: Seq[Entry[_]] = Seq(Enabled, ShareAcrossUsers, StorageFraction, StorageMaxBytes, MinOccurrences,
     RetainedShuffles, PersistAhead, EvictionPolicyName, LineageMaxListedFiles, CheckpointMinHeight, CheckpointDir,
     LoopSpeculative, CollectedMaxBytes, DurableDir, DurableMaxBytes, HostMaxBytes, BroadcastMaxBytes, BroadcastJoinMaxBytes, DriverHeapFraction, DriverPressureThreshold,
-    LocalDiskFraction, DiskDir, DiskMaxBytes, GpuMemoryFraction)
+    LocalDiskFraction, DiskDir, DiskMaxBytes, GpuMemoryFraction, UiRetained)
   private val byKey: Map[String, Entry[_]] = All.map(e => e.key -> e).toMap[String, Entry[_]]
 
   All.foreach(e => SparkRuntime.registerSqlConf(e.key, e.default, e.doc, e.parse(_).isDefined, e.allowed, e.static))

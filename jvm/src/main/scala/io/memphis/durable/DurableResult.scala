@@ -14,10 +14,11 @@ import org.apache.spark.sql.types.{DataType, StructType}
  * `DurableResult memphis <key>, <folder>`; the physical plan shows the scan of that folder.
  */
 final case class DurableResult(hash: String, folder: String, child: LogicalPlan)(val standsForKey: LineageKey,
-    val replaced: LogicalPlan) extends ServedSubplan {
-  override protected def otherCopyArgs: Seq[AnyRef] = Seq(standsForKey, replaced)
+    val replaced: LogicalPlan, val savedMs: Long) extends ServedSubplan {
+  override protected def otherCopyArgs: Seq[AnyRef] = Seq(standsForKey, replaced, Long.box(savedMs))
   override protected def withNewChildInternal(newChild: LogicalPlan): DurableResult =
-    copy(child = newChild)(standsForKey, replaced)
+    copy(child = newChild)(standsForKey, replaced, savedMs)
+  def servedFrom: String = "the durable tier"
   override protected def stringArgs: Iterator[Any] = Iterator(s"memphis $hash", folder)
 }
 
@@ -31,6 +32,6 @@ object DurableResult {
     val folder = new Path(entry, m.dataFolders.head).toString
     val schema = DataType.fromJson(m.schema).asInstanceOf[StructType]
     val scan = SparkShimImpl.analyzedPlan(session.read.schema(schema).parquet(folder))
-    DurableResult(key.hash, folder, CheckpointRelations.rebind(scan, subplan.output))(key, subplan)
+    DurableResult(key.hash, folder, CheckpointRelations.rebind(scan, subplan.output))(key, subplan, m.costMs)
   }
 }

@@ -6,7 +6,7 @@ import io.memphis.cache.{CacheEntry, EntryState, EntryTable, Eviction, Execution
   StorageTracking}
 import io.memphis.checkpoint.Checkpoints
 import io.memphis.collected.{CollectedResults, KeepRequest, KeptResult}
-import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf}
+import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf, MemphisEvents}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.durable.DurableTier
 import io.memphis.facade.LineageCache.Marks
@@ -31,7 +31,7 @@ import org.apache.spark.sql.types.DataType
  * monitors come between them (the order is written at [[io.memphis.cache.Store]]).
  */
 final class LineageCache private (val sparkContext: SparkContext) {
-  val stats = new CacheStats
+  val stats = new CacheStats(new MemphisEvents(Some(sparkContext)))
 
   /**
    * Whether an entry serves the queries of every user, or only those of the user whose query
@@ -191,11 +191,13 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * The shuffles the first occurrence of the seen entry `id` wrote ([[io.memphis.reuse.RetainShuffleExec]]):
    * kept for its second occurrence, for at most `spark.memphis.reuse.retainedShuffles` entries,
    * oldest let go first (Spark then cleans their files as it would have), fewer when local disk is short.
+   * Returns how many it kept (0: none).
    */
-  def retainShuffles(id: String, shuffles: Seq[SparkPlan]): Unit = table.locked {
+  def retainShuffles(id: String, shuffles: Seq[SparkPlan]): Long = table.locked {
     def overDisk = { val disk = budgets(SQLConf.get); disk.localDiskHeld > disk.localDiskBudget }
-    table.retainShuffles(id, shuffles, MemphisConf.RetainedShuffles.get(SQLConf.get), () => overDisk).foreach(e =>
-      stats.record(Counter.ShufflesRetained, s"retain ${shuffles.size} shuffle(s) of the first occurrence of ${e.key.hash}"))
+    val kept = table.retainShuffles(id, shuffles, MemphisConf.RetainedShuffles.get(SQLConf.get), () => overDisk)
+    kept.foreach(e => stats.record(Counter.ShufflesRetained, s"retain ${shuffles.size} shuffle(s) of the first occurrence of ${e.key.hash}"))
+    kept.fold(0L)(_ => shuffles.size.toLong)
   }
 
   /**

@@ -73,6 +73,10 @@ final class MemoryAccounts(cache: LineageCache, conf: SQLConf) {
     ((free + localDiskHeld) * MemphisConf.LocalDiskFraction.get(conf)).toLong
   }
 
+  /** Each place, what memphis holds there and its budget (the memphis tab's table of places). */
+  def places: Seq[(String, Long, Long)] = Seq(("Spark storage", storageHeld, storageBudget),
+    ("driver heap", driverHeapHeld, driverHeapBudget), ("local disk", localDiskHeld, localDiskBudget))
+
   /** `memphis_stats()` rows: held and budget per place. */
   def rows: Seq[(String, Long)] = Seq(
     "bytes_held_storage" -> storageHeld, "storage_budget_bytes" -> storageBudget,

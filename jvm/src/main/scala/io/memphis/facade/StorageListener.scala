@@ -5,6 +5,7 @@ import io.memphis.conf.ConnectSessions
 import org.apache.spark.scheduler.{SparkListener, SparkListenerBlockManagerRemoved, SparkListenerBlockUpdated,
   SparkListenerEvent, SparkListenerExecutorRemoved, SparkListenerJobEnd, SparkListenerJobStart, SparkListenerUnpersistRDD}
 import org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.{PhysicalPlans, SparkShimImpl}
 import org.apache.spark.storage.RDDBlockId
 
@@ -13,7 +14,8 @@ import org.apache.spark.storage.RDDBlockId
  * confirmed, not assumed, and partitions lost to Spark's own LRU or a lost executor are noticed;
  * which jobs read cached data, and when they (or their SQL executions) end, so that what a running
  * query reads is not evicted under it; which broadcasts a query built, for later queries to read;
- * which plans, planned before their action, ran (their occurrences are counted then).
+ * which plans, planned before their action, ran (their occurrences are counted then). After each SQL
+ * execution it posts memphis's state for the memphis tab.
  */
 final class StorageListener(cache: LineageCache) extends SparkListener {
   override def onBlockUpdated(event: SparkListenerBlockUpdated): Unit = {
@@ -53,6 +55,8 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
       cache.broadcasts.executionEnded(end, conf.map(cache.budgets(_).joinBroadcastBudget), cache.pressure.heapCrowded)
       conf.foreach(cache.fitDriverHeap)
       PhysicalPlans.normalizedPlan(end).foreach(cache.executed)
+      // The memphis tab's counters and entries as they are after this execution (see MemphisEvents).
+      StatsRows.postState(cache, conf.getOrElse(SQLConf.get), end.executionId)
     case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.releases.connectSessionClosed(user, session) }
   }
 }

@@ -51,6 +51,26 @@ final case class LineageKey(hash: String, local: String, children: Seq[LineageKe
   /** Looks at every source again; false when any changed since the key was made. */
   def sourcesUnchanged: Boolean = allSources.forall(s => Unavailable.unless(s.recheck()).digest == s.digest)
 
+  /** The names of the sources it reads, each once, in plan order. */
+  def tables: Seq[String] = allSources.map(_.named).distinct
+
+  /**
+   * The subplan's shape in words, for people (the memphis tab): its nodes' class names, each over
+   * its input, e.g. `Aggregate ← Join(Filter ← files, files)`; at most `maxChars` characters.
+   */
+  def shape(maxChars: Int): String = {
+    def words(k: LineageKey): String = {
+      val name = k.local.takeWhile(c => c != '(' && c != ' ').split('.').last
+      k.children match {
+        case Seq() => name
+        case Seq(only) => s"$name ← ${words(only)}"
+        case many => many.map(words).mkString(s"$name(", ", ", ")")
+      }
+    }
+    val all = words(this)
+    if (all.length <= maxChars) all else all.take(maxChars - 1) + "…"
+  }
+
   /** The canonical form as an indented tree, with the sources under the node that reads them. */
   def explain: String = {
     val out = new StringBuilder

@@ -23,10 +23,15 @@ sealed trait SourceFingerprint {
   /** Stable text folded into the key: identity and state, no object addresses. */
   def digest: String
   def describe: String
+  /** What a person calls the source: a folder's or table's name, without its state (the memphis tab's entries). */
+  def named: String
   def recheck(): SourceFingerprint
 }
 
 object SourceFingerprint {
+  /** A path's last segment (a table folder's name), trailing slashes ignored. */
+  def lastSegment(path: String): String = path.stripSuffix("/").split('/').last
+
   def pathsIdentity(rootPaths: Seq[String]): String = "paths:" + rootPaths.sorted.mkString(",")
   def tableIdentity(id: String): String = "table:" + id
 
@@ -67,6 +72,7 @@ final case class FileListing(rootPaths: Seq[String], files: Int, listingHash: St
   def identity: Option[String] = Some(SourceFingerprint.pathsIdentity(rootPaths))
   def digest: String = s"files(${rootPaths.map(Canonical.quote).mkString(",")};n=$files;$listingHash)"
   def describe: String = s"${rootPaths.mkString(", ")}: $files files, listing $listingHash"
+  def named: String = rootPaths.map(SourceFingerprint.lastSegment).mkString(", ")
   def recheck(): SourceFingerprint = Unavailable.unless(FileListing.of(rootPaths, hadoopConf, maxFiles, globFilter))
 }
 
@@ -209,6 +215,7 @@ final case class Unavailable(reason: String) extends SourceFingerprint {
   def identity: Option[String] = None
   def digest: String = s"unavailable(${Canonical.quote(reason)})"
   def describe: String = s"unavailable: $reason"
+  def named: String = "unavailable"
   def recheck(): SourceFingerprint = this
 }
 
@@ -222,6 +229,7 @@ final case class LocalContent(rows: Int, contentHash: String) extends SourceFing
   def identity: Option[String] = None
   def digest: String = s"local(n=$rows;$contentHash)"
   def describe: String = s"local relation: $rows rows, content $contentHash"
+  def named: String = s"$rows local rows"
   def recheck(): SourceFingerprint = this // immutable: the rows live in the plan
 }
 
@@ -231,6 +239,7 @@ final case class TableVersion(tableClass: String, id: String, version: String)(r
   def identity: Option[String] = Some(SourceFingerprint.tableIdentity(id))
   def digest: String = s"table(${Canonical.quote(tableClass)};${Canonical.quote(id)};${Canonical.quote(version)})"
   def describe: String = s"table $id ($tableClass) at version $version"
+  def named: String = id
   def recheck(): SourceFingerprint =
     reload().map(v => TableVersion(tableClass, id, v)(reload)).getOrElse(Unavailable(s"table $id could not be reloaded"))
 }
@@ -266,6 +275,7 @@ final case class DeltaVersion(path: String, tableId: String, version: Long, pinn
   def digest: String =
     s"delta(${Canonical.quote(path)};${Canonical.quote(tableId)};v=$version${if (pinned) ";pinned" else ""})"
   def describe: String = s"Delta table $path (id $tableId) at version $version" + (if (pinned) ", pinned" else "")
+  def named: String = s"Delta ${SourceFingerprint.lastSegment(path)}"
   def recheck(): SourceFingerprint =
     if (pinned) this else copy(version = DeltaVersion.latestVersion(path, hadoopConf))(hadoopConf)
 }

@@ -102,7 +102,7 @@ object CollectedResultRule {
             cache.stats.record(Counter.ResultsReused, s"${k.hash}: read from the ${r.rows.size} rows an earlier " +
               s"query collected (read ${r.uses} times), not computed again")
           } else CacheStats.log.debug(s"memphis: ${k.hash} planned to read the rows an earlier query collected")
-          CollectedResult(k, p, r.rows)
+          CollectedResult(k, p, r.rows, r.costMs)
         case None =>
           val served = p.mapChildren(serve(_, keys))
           if (!served.expressions.exists(_.exists(_.isInstanceOf[SubqueryExpression]))) served

@@ -11,7 +11,9 @@ import org.apache.spark.sql.catalyst.expressions.{Attribute, SortOrder}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, ReturnAnswer, UnaryNode}
 import org.apache.spark.sql.catalyst.plans.physical.Partitioning
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
+import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
 import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.memphis.SparkRuntime
 
 /**
  * Marks the root of a query whose collected rows stand for one of its subplans (put there by
@@ -31,7 +33,7 @@ final case class KeepResult(request: KeepRequest, child: LogicalPlan) extends Un
  * `collect()` call on a query's root, under adaptive execution from the result stage) hands the rows
  * to [[CollectedResults.offer]] before returning them, and a result kept is offered to the durable
  * tier (written on its own thread). Other ways of reading the rows (an iterator,
- * `take`, Arrow batches) keep nothing.
+ * `take`, Arrow batches) keep nothing. Its SQL metrics (the SQL tab) say what it kept.
  */
 final case class KeepResultExec(request: KeepRequest, child: SparkPlan) extends UnaryExecNode {
   override def output: Seq[Attribute] = child.output
@@ -40,14 +42,22 @@ final case class KeepResultExec(request: KeepRequest, child: SparkPlan) extends 
   override protected def doCanonicalize(): SparkPlan = child.canonicalized
   override protected def stringArgs: Iterator[Any] = Iterator(request.describe)
 
+  override lazy val metrics: Map[String, SQLMetric] = Map(
+    "keptRows" -> SQLMetrics.createMetric(sparkContext, "rows kept by memphis"),
+    "keptBytes" -> SQLMetrics.createSizeMetric(sparkContext, "bytes kept by memphis"))
+
   override protected def doExecute(): RDD[InternalRow] = child.execute()
 
   override def executeCollect(): Array[InternalRow] = {
     val rows = child.executeCollect()
     try {
       val cache = LineageCache.forContext(sparkContext)
-      cache.keepCollected(request, rows, SQLConf.get)
-        .foreach(r => cache.durable.collected(r.key, request.owner, r.types, r.rows, r.costMs, r.bytes))
+      cache.keepCollected(request, rows, SQLConf.get).foreach { r =>
+        metrics("keptRows").set(r.rows.size.toLong)
+        metrics("keptBytes").set(r.bytes)
+        SparkRuntime.postDriverMetrics(sparkContext, metrics.values.toSeq)
+        cache.durable.collected(r.key, request.owner, r.types, r.rows, r.costMs, r.bytes)
+      }
     } catch {
       case NonFatal(e) => CacheStats.log.warn(s"memphis: did not keep a collected result after an internal error: $e", e)
     }

@@ -32,7 +32,7 @@ object SortCollectedRows extends Rule[LogicalPlan] {
           val rows = local.data.sorted(new InterpretedOrdering(sort.order, local.output))
           CacheStats.log.debug(s"memphis: ${served.hash}: its ${rows.size} kept rows sorted on the driver, no job")
           served.copy(child = local.copy(data = rows), orderedBy = sort.order.map(_.sql).mkString(", "))(
-            served.standsForKey, served.replaced)
+            served.standsForKey, served.replaced, served.savedMs)
         case _ => sort
       }
       // A projection or filter of them (a ratio of two kept aggregates, say): Spark would evaluate it on

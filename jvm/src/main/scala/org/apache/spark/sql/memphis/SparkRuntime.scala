@@ -102,6 +102,17 @@ object SparkRuntime {
   def localRelation(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
     LocalRelation(output, rows)
 
+  /** Posts `event` on the SparkContext's listener bus (its listeners and its event log see it). */
+  def post(sc: SparkContext, event: org.apache.spark.scheduler.SparkListenerEvent): Unit = sc.listenerBus.post(event)
+
+  /** Sends metrics set on the driver to the SQL execution this thread runs (the SQL tab shows them). */
+  def postDriverMetrics(sc: SparkContext, metrics: Seq[org.apache.spark.sql.execution.metric.SQLMetric]): Unit =
+    org.apache.spark.sql.execution.metric.SQLMetrics.postDriverMetricUpdates(sc,
+      sc.getLocalProperty(org.apache.spark.sql.execution.SQLExecution.EXECUTION_ID_KEY), metrics)
+
+  /** Whether this thread is running a listener of Spark's listener bus now. */
+  def onListenerThread: Boolean = org.apache.spark.scheduler.LiveListenerBus.withinListenerThread.value
+
   /**
    * Waits (at most `timeoutMs`) until Spark's listeners have seen every event posted so far: a
    * query's end reaches listeners asynchronously, and the next query may be planned before.

@@ -1,0 +1,253 @@
+"""The memphis tab of the Spark UI, read as a user reads it: in a real headless browser (Debian's
+chromium, which `make test` installs), live during a session that persisted, served and refused
+subplans, and in pyspark's own History Server replaying that session's event log."""
+import html.parser
+import json
+import os
+import shutil
+import socket
+import subprocess
+import urllib.request
+
+import pytest
+
+import memphis
+from conftest import TEST_CONFS, eventually, per_key, sales, stop_spark
+from memphis.spark.jvm import facade, jar_path, java_executable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the screenshots land, for a look after the run (build/ is not committed; docs/ has one copy).
+ARTIFACTS = os.path.join(ROOT, "build", "test-artifacts")
+
+# Rows of memphis_stats() that are measured each time they are read, not counted: the page shows the
+# value of the last state memphis posted, memphis_stats() the value now.
+GAUGES = {"driver_heap_used_bytes", "local_disk_budget_bytes"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def browse(url, tmp_path, screenshot=None):
+    """The DOM chromium builds for ``url`` (or a screenshot of it): what a user's browser shows."""
+    chromium = shutil.which("chromium")
+    assert chromium, "the browser tests need Debian's chromium: `make test` installs it (make browser)"
+    # root in a container has no sandbox to drop into; the profile folder keeps runs apart.
+    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}"]
+    if screenshot:
+        os.makedirs(os.path.dirname(screenshot), exist_ok=True)
+        args += [f"--screenshot={screenshot}", "--window-size=1400,1500", "--hide-scrollbars"]
+    else:
+        args += ["--dump-dom"]
+    done = subprocess.run(args + [url], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+class Rows(html.parser.HTMLParser):
+    """The page's tables as {table id: {row key: [cell texts]}}, rows keyed by their data-* attribute."""
+
+    KEYS = ("data-stat", "data-key", "data-decision", "data-execution", "data-place")
+
+    def __init__(self, page):
+        super().__init__()
+        self.tables, self.links = {}, []
+        self._table = self._row = None
+        self._cell = None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self._table = self.tables.setdefault(attrs.get("id"), {})
+        elif tag == "tr" and self._table is not None:
+            key = next((attrs[k] for k in self.KEYS if k in attrs), None)
+            self._row = self._table.setdefault(key, []) if key is not None else None
+            if self._row is not None and self._row:  # decisions repeat: keep each row's cells apart
+                self._row.append("|")
+        elif tag == "td" and self._row is not None:
+            self._cell = []
+        elif tag == "a" and "href" in attrs:
+            self.links.append(attrs["href"])
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self._row.append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+
+def counters(page):
+    return {name: int(cells[1]) for name, cells in Rows(page).tables["memphis-stats"].items()}
+
+
+class App:
+    """One application with the UI on and an event log, that persisted, served and refused subplans."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+        self.events = tmp_path / "events"
+        self.events.mkdir()
+        self.port = free_port()
+        self.spark = memphis.session("local[2]", app_name="memphis-ui-tests", **{
+            **TEST_CONFS, "spark.ui.enabled": "true", "spark.ui.port": str(self.port),
+            "spark.ui.showConsoleProgress": "false",
+            "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(self.events)})
+        self.app_id = self.spark.sparkContext.applicationId
+        path = sales(self.spark, str(tmp_path / "sales"))
+        self.key = memphis.lineage_key(per_key(self.spark, path))
+        # The shared aggregate: seen, persisted on its second occurrence, served on the third.
+        self.first_rows = len(per_key(self.spark, path).where("total > 0").collect())
+        for threshold in (100, 200):
+            per_key(self.spark, path).where(f"total > {threshold}").collect()
+        # The first question again: answered from the rows it collected (a served subplan).
+        self.served_rows = len(per_key(self.spark, path).where("total > 0").collect())
+        # An unseeded random value: no key, refused with its reason.
+        self.spark.read.parquet(path).selectExpr("k", "rand() AS r").groupBy("k").sum("r").collect()
+        self._live = None
+
+    def jvm_stats(self):
+        """memphis_stats(), once Spark's listeners have seen every query (one py4j call, no query of its own)."""
+        return json.loads(facade(self.spark).statsJson(self.spark._jsparkSession))
+
+    def live(self):
+        """The live tab's DOM once it shows the state memphis_stats() reports (its state event arrives
+        on the listener bus a moment after the query's end)."""
+        if self._live is None:
+            url = f"http://127.0.0.1:{self.port}/memphis/"
+            expected = {k: v for k, v in self.jvm_stats().items() if k not in GAUGES}
+
+            def shown():
+                self._live = browse(url, self.tmp_path)
+                return {k: v for k, v in counters(self._live).items() if k not in GAUGES} == expected
+            assert eventually(shown, seconds=30), (counters(self._live), expected)
+        return self._live
+
+    def stop(self):
+        stop_spark()
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    stop_spark()  # another module's session (UI off) must not be the one reused here
+    started = App(tmp_path_factory.mktemp("ui"))
+    yield started
+    started.stop()
+
+
+def test_live_tab_shows_decisions_entries_and_the_counters_of_memphis_stats(app, tmp_path):
+    page = app.live()
+    tables = Rows(page).tables
+    stats = app.jvm_stats()
+    assert stats["persisted"] >= 1 and stats["hits"] >= 1 and stats["refused"] >= 1
+    # Every memphis_stats() row is on the page, with its value (the gauges read at another moment).
+    assert set(tables["memphis-stats"]) == set(stats)
+    assert {k: v for k, v in counters(page).items() if k not in GAUGES} == \
+        {k: v for k, v in stats.items() if k not in GAUGES}
+    # The decisions, with their reasons.
+    decisions = tables["memphis-decisions"]
+    assert {"persisted", "hits", "refused"} <= set(decisions)
+    assert "rand is non-deterministic" in " ".join(decisions["refused"])
+    # The persisted aggregate's entry: its table and shape in words, its state and its hit.
+    entry = tables["memphis-entries"][app.key]
+    assert entry[1] == "sales" and entry[2].startswith("Aggregate") and entry[3] == "materialized"
+    assert int(entry[6]) == 1
+    # Places: Spark storage holds the entry's bytes, within its budget.
+    assert "Spark storage" in tables["memphis-places"]
+    # Per-query lines link to the SQL tab's executions, which exist.
+    executions = sorted(int(e) for e in tables["memphis-queries"])
+    assert executions and f"/SQL/execution/?id={executions[0]}" in Rows(page).links
+    sql_page = browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={executions[0]}", tmp_path)
+    assert f"Details for Query {executions[0]}" in sql_page
+    shot = os.path.join(ARTIFACTS, "memphis-tab.png")
+    browse(f"http://127.0.0.1:{app.port}/memphis/", tmp_path, screenshot=shot)
+    assert os.path.getsize(shot) > 10_000  # a rendered page, not an empty image
+
+
+def node_metrics(app, execution, node_name):
+    """The SQL metrics of a node of an execution's plan, as the SQL tab shows them (Spark's REST API)."""
+    url = f"http://127.0.0.1:{app.port}/api/v1/applications/{app.app_id}/sql/{execution}?details=true"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        nodes = json.load(r)["nodes"]
+    [node] = [n for n in nodes if n["nodeName"] == node_name]
+    return {m["name"]: m["value"] for m in node["metrics"]}
+
+
+def executions_with(app, decision):
+    """The SQL executions the live tab lists with ``decision`` among their decisions."""
+    queries = Rows(app.live()).tables["memphis-queries"]
+    return [int(e) for e, cells in queries.items() if decision in cells[1]]
+
+
+def test_sql_tab_shows_what_memphis_served(app, tmp_path):
+    served = executions_with(app, "results_reused")
+    assert len(served) == 1
+    metrics = node_metrics(app, served[0], "ServedByMemphis")
+    assert int(metrics["rows served by memphis"].replace(",", "")) == app.served_rows
+    assert "compute time saved" in metrics
+    # And in the browser: the execution page's plan graph carries them.
+    page = browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={served[0]}", tmp_path)
+    assert "ServedByMemphis" in page and "rows served by memphis" in page
+    shot = os.path.join(ARTIFACTS, "memphis-sql-metric.png")
+    browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={served[0]}", tmp_path, screenshot=shot)
+    assert os.path.getsize(shot) > 10_000
+
+
+def test_sql_tab_shows_what_memphis_kept(app):
+    # The first question: its shuffle kept for the second occurrence, its rows for a later question.
+    [first] = executions_with(app, "shuffles_retained")
+    assert node_metrics(app, first, "RetainShuffle")["shuffles kept by memphis"] == "1"
+    assert int(node_metrics(app, first, "KeepResult")["rows kept by memphis"].replace(",", "")) == app.first_rows
+
+
+@pytest.fixture(scope="module")
+def history_server(app, tmp_path_factory):
+    """pyspark's own History Server over the app's event log, the memphis jar on its classpath."""
+    app.live()  # what the live tab showed, for the comparison
+    app.stop()
+    home = os.path.dirname(os.path.abspath(__import__("pyspark").__file__))
+    work = tmp_path_factory.mktemp("history")
+    port = free_port()
+    env = dict(os.environ, SPARK_HOME=home, SPARK_LOG_DIR=str(work / "logs"), SPARK_PID_DIR=str(work / "pid"),
+               SPARK_IDENT_STRING=f"memphis-tests-{port}", SPARK_DAEMON_CLASSPATH=jar_path(),
+               JAVA_HOME=os.path.dirname(os.path.dirname(os.path.realpath(java_executable()))),
+               SPARK_HISTORY_OPTS=f"-Dspark.history.fs.logDirectory=file:{app.events} "
+                                  f"-Dspark.history.ui.port={port} -Dspark.ui.host=127.0.0.1")
+    subprocess.run(["bash", os.path.join(home, "sbin", "start-history-server.sh")], env=env, check=True,
+                   capture_output=True, timeout=60)
+    url = f"http://127.0.0.1:{port}"
+
+    def listed():
+        try:
+            with urllib.request.urlopen(f"{url}/api/v1/applications", timeout=5) as r:
+                return any(a["id"] == app.app_id for a in json.load(r))
+        except OSError:
+            return False
+    try:
+        assert eventually(listed, seconds=60), open(next((work / "logs").glob("*.out"))).read()[-3000:]
+        yield url
+    finally:
+        subprocess.run(["bash", os.path.join(home, "sbin", "stop-history-server.sh")], env=env,
+                       capture_output=True, timeout=60)
+
+
+def test_history_server_replays_the_same_tab(app, history_server, tmp_path):
+    live = Rows(app.live()).tables
+    replayed_page = browse(f"{history_server}/history/{app.app_id}/memphis/", tmp_path)
+    replayed = Rows(replayed_page).tables
+    # The same counters (gauges too: both pages show the last state the application posted), entries and decisions.
+    assert replayed["memphis-stats"] == live["memphis-stats"]
+    def but_age(entries):  # the age grows while the tab is read
+        return {key: cells[:8] + cells[9:] for key, cells in entries.items()}
+    assert but_age(replayed["memphis-entries"]) == but_age(live["memphis-entries"])
+    assert replayed["memphis-decisions"] == live["memphis-decisions"]
+    # Its links lead to the replayed application's SQL tab.
+    assert any(link.startswith(f"/history/{app.app_id}/SQL/execution/?id=") for link in Rows(replayed_page).links)
