@@ -238,7 +238,7 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
           val seen = for {
             d <- m.dataFolders.toSeq if d.startsWith(DurableLayout.DataPrefix) && !d.contains("..")
             s <- files.list(new Path(entry, d)) if DurableTier.isDataFile(s.getPath.getName)
-          } yield s"$d/${s.getPath.getName}" -> FileSeen(s.getLen, s.getModificationTime, files.ownedByThisUser(s.getPath))
+          } yield s"$d/${s.getPath.getName}" -> FileSeen(s.getLen, s.getModificationTime, files.ownedByThisUser(s))
           Manifest.verdict(m, key, format, schema, user, shared, files.ownedByThisUser(manifestPath), seen.toMap)
       }
       def refuse(why: String, removing: Boolean): Option[(Path, Manifest, A)] = {

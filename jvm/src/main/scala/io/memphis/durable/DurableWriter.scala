@@ -27,11 +27,14 @@ private final case class DataWritten(format: String, schema: String, rows: Long,
  * cached plan, which Spark's CacheManager substitutes with the cached relation (the job reads the
  * stored blocks; nothing is computed again), is written as Parquet into a data folder of its own.
  * Collected rows: the rows on the driver, written by this thread as one file ([[CollectedRowsFile]]),
- * no job. Then the manifest is written beside the data under a temporary name and renamed into place,
- * last. Two processes writing one key use two data folders; the rename that commits decides (on the
- * local filesystem the later one replaces the earlier, elsewhere the first stays), and the data no
+ * no job. Then the manifest is committed beside the data, last: on a filesystem (local, HDFS) written
+ * under a temporary name and renamed into place; on an object store (S3A, GCS), where a rename is a copy
+ * and a delete, written in place in one request (an object appears whole or not at all). Two processes
+ * writing one key use two data folders; the commit decides (on the local filesystem and on object stores
+ * the later manifest replaces the earlier, on HDFS the first stays: either is valid), and the data no
  * manifest lists is deleted later ([[DurableEviction]]). Whatever fails, nothing is left that a
- * reader would trust.
+ * reader would trust: a reader trusts only a manifest whose listed files are all there, with their bytes
+ * and modification times, and no other data file beside them.
  */
 private[durable] final class DurableWriter(files: DurableFiles, admission: DurableAdmission, stats: CacheStats) {
   /** Writes `job` under `folder` (the owner's `spark` folder) in `session`; `why` it was admitted. */
@@ -89,16 +92,22 @@ private[durable] final class DurableWriter(files: DurableFiles, admission: Durab
             val name = s.getPath.getName
             DataFile(s"${data.getName}/$name", s.getLen, s.getModificationTime, written.sha256ByName.getOrElse(name, ""))
           })
-        files.writeNew(temp, manifest.toJson)
-        DurableWriter.pauseBeforeCommit()
-        committed = files.rename(temp, manifestPath)
+        if (files.objectStore(manifestPath)) {
+          DurableWriter.pauseBeforeCommit()
+          files.put(manifestPath, manifest.toJson)
+          committed = true
+        } else {
+          files.writeNew(temp, manifest.toJson)
+          DurableWriter.pauseBeforeCommit()
+          committed = files.rename(temp, manifestPath)
+        }
         if (committed) {
           stats.add(Counter.DurableBytesWritten, bytes)
           stats.record(Counter.DurableWrites, s"wrote ${key.hash} to the durable tier ($why): $bytes bytes in " +
             s"${parts.size} file(s) in $ms ms, under $entry")
         } else CacheStats.log.debug(s"memphis: another process committed ${key.hash} to the durable tier first")
       } finally if (!committed) {
-        files.delete(temp)
+        if (!files.objectStore(temp)) files.delete(temp)
         files.delete(data)
       }
     }
