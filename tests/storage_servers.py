@@ -102,9 +102,10 @@ class MiniHdfs:
         args = [java, "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                 f"-Dtest.build.data={props['test.build.data']}",
                 "-cp", os.pathsep.join(classpath("hdfs")), "org.apache.hadoop.test.MiniDFSClusterManager",
-                "-format", "-writeDetails", details]
+                "-format", "-writeDetails", details, "-writeConfig", os.path.join(self.workdir, "conf", "core-site.xml")]
         for k, v in props.items():
             args += ["-D", f"{k}={v}"]
+        os.makedirs(os.path.join(self.workdir, "conf"), exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_USER_NAME", "SPARK_USER")}
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
@@ -124,6 +125,20 @@ class MiniHdfs:
                 return json.load(f)["namenode_port"]
         except (OSError, ValueError, KeyError):
             return None
+
+    def shell(self, *commands):
+        """Runs Hadoop's FsShell as the cluster's superuser (who started it), one JVM for each command
+        (a list of its words); returns the last one's output."""
+        cp = os.pathsep.join([os.path.join(self.workdir, "conf")] + classpath("hdfs"))
+        env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_USER_NAME", "SPARK_USER")}
+        out = ""
+        for words in commands:
+            result = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", cp, "org.apache.hadoop.fs.FsShell",
+                                     "-fs", self.uri, *words], capture_output=True, text=True, env=env, timeout=120)
+            if result.returncode != 0:
+                raise RuntimeError(f"hdfs {' '.join(words)}: {result.stderr[-2000:]}")
+            out = result.stdout
+        return out
 
     def stop(self):
         if self.process.poll() is None:

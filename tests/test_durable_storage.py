@@ -82,6 +82,7 @@ df._jdf.queryExecution().optimizedPlan()
 mark("lookup-end")
 df.collect()
 mark("read-end")
+hfs(MEASURED).create(hpath(MEASURED), False).close()  # bob may look into alice's folder now
 if PERMISSIONS:
     user = DURABLE + "/alice"
     shape = names(user + "/spark")[0]
@@ -126,6 +127,7 @@ out["killed_names"] = names(folder + "/" + out["killed_entry"])
 
 # Bob: what he can do in alice's folder, then his own question.
 BOB = FS_CODE + r"""
+wait_until(lambda: exists(MEASURED))  # after alice's lookup is counted: only hers then touch her folder
 alice = DURABLE + "/alice/spark"
 def open_manifest():
     shape = [s.getPath().getName() for s in hfs(DURABLE).listStatus(hpath(alice))][0]
@@ -171,6 +173,7 @@ class Store:
     def step(self, source, code="", group="k", **names):
         """A step of APP with `code` run first, the names it uses bound."""
         bound = {"SOURCE": f"{self.data}/sales", "SOURCE2": f"{self.data}/sales2", "DURABLE": self.durable,
+                 "MEASURED": f"{self.data}/measured",
                  "ENDPOINT": getattr(self.server, "endpoint", "http://127.0.0.1:9"),
                  "PERMISSIONS": self.kind == "hdfs", **names}
         prelude = "".join(f"{k} = {v!r}\n" for k, v in bound.items())
@@ -197,10 +200,7 @@ class Servers:
         try:
             # As an administrator would: a root for the durable tier and one for data that every user may
             # write (1777, as /tmp); each user's folder below it is made owner-only by memphis.
-            shell = ["java", "-cp", os.pathsep.join(classpath("hdfs")), "org.apache.hadoop.fs.FsShell", "-fs", hdfs.uri]
-            env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_USER_NAME", "SPARK_USER")}
-            subprocess.run(shell + ["-mkdir", "-p", "/memphis", "/data"], check=True, capture_output=True, env=env)
-            subprocess.run(shell + ["-chmod", "1777", "/memphis", "/data"], check=True, capture_output=True, env=env)
+            hdfs.shell(["-mkdir", "-p", "/memphis", "/data"], ["-chmod", "1777", "/memphis", "/data"])
         except Exception:
             hdfs.stop()
             raise
@@ -225,7 +225,8 @@ def store(request, servers, tmp_path):
     kind = request.param
     if kind == "hdfs":
         hdfs = servers.get("hdfs")
-        return Store(kind, f"{hdfs.uri}/memphis/{tmp_path.name}", f"{hdfs.uri}/data/{tmp_path.name}", hdfs.confs())
+        # The root the administrator made (1777), as every user's process names it; data as alice made it.
+        return Store(kind, f"{hdfs.uri}/memphis", f"{hdfs.uri}/data/{tmp_path.name}", hdfs.confs())
     if kind == "s3a":
         s3 = servers.get("s3a")
         return Store(kind, s3.uri(f"{tmp_path.name}/durable"), s3.uri(f"{tmp_path.name}/data"), s3.confs(), s3)
@@ -264,6 +265,12 @@ def kind_of(request):
     if "/_temporary" in key:
         return "_temporary/..."
     return re.sub(r"^part-.*", "part-*", name) + ("/" if key.endswith("/") else "")
+
+
+def alices(requests, store):
+    """The requests that touched alice's folder (an object, or a listing of a prefix in it)."""
+    root = store.durable.split("/", 3)[3] + "/alice/"
+    return [r for r in requests if r[1].startswith(root) or any(p.startswith(root) for p in r[2].get("prefix", []))]
 
 
 def durable_requests(requests, store):
@@ -360,8 +367,8 @@ def test_the_durable_tier_on_the_store_serves_the_next_process_never_stale_half_
         log = store.server.requests()
         # A lookup, planned alone: the user's folder listed once, the manifest read (HEAD, GET), its
         # data folder listed; nothing else, and no request for the source's data.
-        lookup = durable_requests(requests_between(log, "lookup-begin", "lookup-end"), store)
-        read = durable_requests(requests_between(log, "lookup-end", "read-end"), store)
+        lookup = alices(requests_between(log, "lookup-begin", "lookup-end"), store)
+        read = alices(requests_between(log, "lookup-end", "read-end"), store)
         kinds = [(r[0], kind_of(r)) for r in lookup]
         assert len(lookup) <= 5, lookup
         assert ("HEAD", "manifest.json") in kinds and ("GET", "manifest.json") in kinds
@@ -369,13 +376,12 @@ def test_the_durable_tier_on_the_store_serves_the_next_process_never_stale_half_
         # place, last; never a temporary manifest or a copy of one; memphis's own requests few (Spark's
         # Parquet job, with its committer's renames, apart).
         assert not [r for r in durable_requests(log, store) if ".manifest-" in r[1]]
-        alices = [r for r in requests_between(log, "outside-write", None)
-                  if r in durable_requests([r], store) and f"/alice/" in r[1] + "".join(r[2].get("prefix", []))]
+        rewrite = alices(requests_between(log, "outside-write", None), store)
         by_kind = {}
-        for r in alices:
-            by_kind.setdefault(kind_of(r), []).append(r[0])
-        memphis_commit = [r for r in alices if kind_of(r) in ("manifest.json", "LIST data-*/")]
-        assert [r[0] for r in alices if kind_of(r) == "manifest.json"].count("PUT") == 1
+        for r in rewrite:
+            by_kind.setdefault(f"{r[0]} {kind_of(r)}", []).append(r[0])
+        memphis_commit = [r for r in rewrite if kind_of(r) in ("manifest.json", "LIST data-*/")]
+        assert [r[0] for r in rewrite if kind_of(r) == "manifest.json"].count("PUT") == 1
         assert len(memphis_commit) <= 4, memphis_commit
         counts = {"lookup": kinds, "read": len(read), "commit": [(r[0], kind_of(r)) for r in memphis_commit],
                   "after the outside write": {k: len(v) for k, v in by_kind.items()}}
