@@ -114,6 +114,7 @@ while time.time() < deadline:
                         "refused": after["durable_refused"] - before["durable_refused"]})
     if out["loop"][-1]["hits"]:
         break
+    open(os.path.join(RELEASE, "reader"), "w").close()  # asked once before the commit: let the writer commit
     time.sleep(0.3)
 """
 # ... then waits until the killed writer's data is complete (it never commits), and asks its question.
@@ -137,23 +138,27 @@ out["bob"] = {"list": attempt(lambda: hfs(alice).listStatus(hpath(alice))), "rea
 """
 
 
-def python_env(user, pause_ms=None):
+def python_env(user, pause_ms=None, barrier=None):
+    """The environment of a process of `user`, its writes held before their commit `pause_ms`, or until
+    `barrier` (a local folder, a number) holds that many files (DurableWriter.pauseBeforeCommit)."""
     env = {**os.environ, "SPARK_USER": user, "HADOOP_USER_NAME": user}
-    if pause_ms:
-        env["SPARK_SUBMIT_OPTS"] = os.environ.get("SPARK_SUBMIT_OPTS", "") + f" -Dmemphis.durable.pauseBeforeCommitMs={pause_ms}"
+    hold = (f" -Dmemphis.durable.pauseBeforeCommitMs={pause_ms}" if pause_ms else "") + \
+        (f" -Dmemphis.durable.commitBarrier={barrier[0]},{barrier[1]}" if barrier else "")
+    if hold:
+        env["SPARK_SUBMIT_OPTS"] = os.environ.get("SPARK_SUBMIT_OPTS", "") + hold
     return env
 
 
 class Process:
     """One APP process of ``user`` with ``steps``; ``result()`` waits for its answers."""
 
-    def __init__(self, store, user, steps, pause_ms=None, **confs):
+    def __init__(self, store, user, steps, pause_ms=None, barrier=None, **confs):
         args = {"confs": {**TEST_CONFS, "spark.memphis.collected.maxBytes": "0",
                           "spark.memphis.durable.dir": store.durable, **store.confs, **confs},
                 "durable": store.durable, "steps": steps}
         self.started = time.time()
         self.process = subprocess.Popen([sys.executable, "-c", APP, json.dumps(args)], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, env=python_env(user, pause_ms))
+                                        stderr=subprocess.PIPE, text=True, env=python_env(user, pause_ms, barrier))
 
     def result(self, timeout=400):
         out, err = self.process.communicate(timeout=timeout)
@@ -256,12 +261,13 @@ def requests_between(log, begin, end):
 def kind_of(request):
     """A request's kind for counting: what it names, with uuids and times left out."""
     import re
+    uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
     method, key, query, _ = request
     if "list-type" in query:
         prefix = query.get("prefix", [""])[0]
-        return "LIST " + re.sub(r"[0-9a-f-]{36}", "*", prefix.rstrip("/").rsplit("/", 1)[-1]) + "/" + \
+        return "LIST " + re.sub(uuid, "*", prefix.rstrip("/").rsplit("/", 1)[-1]) + "/" + \
             ("" if query.get("max-keys") != ["2"] else " (probe)")
-    name = re.sub(r"[0-9a-f-]{36}", "*", re.sub(r"\d{13}", "*", key.rstrip("/").rsplit("/", 1)[-1]))
+    name = re.sub(uuid, "*", re.sub(r"\d{13}", "*", key.rstrip("/").rsplit("/", 1)[-1]))
     if "/_temporary" in key:
         return "_temporary/..."
     return re.sub(r"^part-.*", "part-*", name) + ("/" if key.endswith("/") else "")
@@ -280,14 +286,14 @@ def durable_requests(requests, store):
 
 
 @pytest.mark.parametrize("store", STORES, indirect=True)
-def test_the_durable_tier_on_the_store_serves_the_next_process_never_stale_half_written_or_foreign(store):
+def test_the_durable_tier_on_the_store_serves_the_next_process_never_stale_half_written_or_foreign(store, tmp_path):
     times = {}
     # Wave 1: two writers at once, both alice's, both of each source's shared aggregate.
     started = time.time()
-    # Each holds its commit 12 s after its data is written, so that both write before either commits.
-    # (The second source is carol's and bob's, below.)
-    first = [Process(store, "alice", [store.step("SOURCE", MAKE_SOURCES)], pause_ms=12000),
-             Process(store, "alice", [store.step("SOURCE", WAIT_SOURCES)], pause_ms=12000)]
+    # Each holds its commit until both have written their data. (The second source is carol's and bob's, below.)
+    both_wrote = (str(tmp_path / "both-wrote"), 2)
+    first = [Process(store, "alice", [store.step("SOURCE", MAKE_SOURCES)], barrier=both_wrote),
+             Process(store, "alice", [store.step("SOURCE", WAIT_SOURCES)], barrier=both_wrote)]
     written = [p.result() for p in first]
     times["two writers at once"] = time.time() - started
     for seen in written:
@@ -303,15 +309,18 @@ def test_the_durable_tier_on_the_store_serves_the_next_process_never_stale_half_
     # killed writer; bob.
     started = time.time()
     alice = Process(store, "alice", [store.step("SOURCE", MEASURE), store.step("SOURCE", OUTSIDE_WRITE)])
-    writer = Process(store, "carol", [store.step("SOURCE2", group="k2")], pause_ms=15000)
+    release = tmp_path / "release"
+    release.mkdir()
+    # Carol's writer commits only once her reader has asked (and missed) while its data was complete.
+    writer = Process(store, "carol", [store.step("SOURCE2", group="k2")], barrier=(str(release), 2))
     killed = Process(store, "carol", [store.step("SOURCE2", group="v")], pause_ms=600000)
-    reader = Process(store, "carol", [store.step("SOURCE2", READ_WHILE_COMMITTING, group="k2"),
+    reader = Process(store, "carol", [store.step("SOURCE2", READ_WHILE_COMMITTING, group="k2", RELEASE=str(release)),
                                       store.step("SOURCE2", READ_KILLED, group="v")],
                      **{"spark.memphis.durable.maxBytes": "0"})  # it reads and never writes
     bob = Process(store, "bob", [store.step("SOURCE2", BOB)])
     second, committed, reading, bobs = alice.result(), writer.result(), reader.result(), bob.result()
     times["second process (served, outside write)"] = alice.seconds
-    times["writer held 15 s before its commit"] = committed.get("seconds", writer.seconds)
+    times["writer held until the reader asked"] = writer.seconds
     times["reader while it commits"] = reader.seconds
     times["another user"] = bob.seconds
     killed.kill()
@@ -365,24 +374,40 @@ def test_the_durable_tier_on_the_store_serves_the_next_process_never_stale_half_
 
     if store.kind == "s3a":
         log = store.server.requests()
-        # A lookup, planned alone: the user's folder listed once, the manifest read (HEAD, GET), its
-        # data folder listed; nothing else, and no request for the source's data.
+        # A lookup, planned alone. memphis: the user's folder and its `spark` folder listed (once for the
+        # queries planned within a second; no `collected` folder: not listed), the manifest read (HEAD,
+        # GET), its data folder listed. Then Spark's Parquet relation over the data folder (its own
+        # probes of the path and of `_spark_metadata`, its listing), and the read: the data files.
         lookup = alices(requests_between(log, "lookup-begin", "lookup-end"), store)
         read = alices(requests_between(log, "lookup-end", "read-end"), store)
         kinds = [(r[0], kind_of(r)) for r in lookup]
-        assert len(lookup) <= 5, lookup
-        assert ("HEAD", "manifest.json") in kinds and ("GET", "manifest.json") in kinds
+        print(json.dumps({"lookup": kinds, "read": [(r[0], kind_of(r)) for r in read]}))
+        assert kinds.count(("HEAD", "manifest.json")) == 1 and kinds.count(("GET", "manifest.json")) == 1
+        assert kinds.count(("GET", "LIST alice/")) == 1 and kinds.count(("GET", "LIST spark/")) == 1
+        assert not [k for k in kinds if "collected" in k[1]]
+        assert len(lookup) <= 12, kinds
         # A commit (alice's entry written anew after the outside write): the manifest written once, in
-        # place, last; never a temporary manifest or a copy of one; memphis's own requests few (Spark's
-        # Parquet job, with its committer's renames, apart).
+        # place, after every write of its data; never a temporary manifest, never a copy of one.
         assert not [r for r in durable_requests(log, store) if ".manifest-" in r[1]]
         rewrite = alices(requests_between(log, "outside-write", None), store)
+        puts = [i for i, r in enumerate(rewrite) if r[0] == "PUT" and r[1].endswith("/manifest.json")]
+        assert len(puts) == 1
+        s3 = boto3.client("s3", endpoint_url=store.server.endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+        manifest = json.loads(s3.get_object(Bucket=store.server.bucket, Key=rewrite[puts[0]][1])["Body"].read())
+        data = rewrite[puts[0]][1].rsplit("/", 1)[0] + "/" + manifest["files"][0]["path"].split("/")[0] + "/"
+        writes = [i for i, r in enumerate(rewrite) if r[0] in ("PUT", "POST", "DELETE") and r[1].startswith(data)]
+        assert writes and max(writes) < puts[0]
+        # memphis's own requests of the write, around Spark's Parquet job: is a manifest there (HEAD), the
+        # data folder listed, the manifest written.
+        before_data = next(i for i, r in enumerate(rewrite) if r[1].startswith(data)
+                           or any(p.startswith(data) for p in r[2].get("prefix", [])))
+        memphis_commit = [rewrite[i] for i in range(before_data - 1, puts[0] + 1)
+                          if rewrite[i][1].endswith("/manifest.json") or (rewrite[i][2].get("prefix") == [data]
+                                                                          and rewrite[i][2].get("max-keys") != ["2"])]
         by_kind = {}
         for r in rewrite:
-            by_kind.setdefault(f"{r[0]} {kind_of(r)}", []).append(r[0])
-        memphis_commit = [r for r in rewrite if kind_of(r) in ("manifest.json", "LIST data-*/")]
-        assert [r[0] for r in rewrite if kind_of(r) == "manifest.json"].count("PUT") == 1
-        assert len(memphis_commit) <= 4, memphis_commit
-        counts = {"lookup": kinds, "read": len(read), "commit": [(r[0], kind_of(r)) for r in memphis_commit],
-                  "after the outside write": {k: len(v) for k, v in by_kind.items()}}
+            by_kind[f"{r[0]} {kind_of(r)}"] = by_kind.get(f"{r[0]} {kind_of(r)}", 0) + 1
+        counts = {"lookup": kinds, "read": len(read), "commit": [(r[0], kind_of(r), r[3]) for r in memphis_commit],
+                  "alice's requests after the outside write": by_kind}
         print(json.dumps({"s3a requests": counts}))

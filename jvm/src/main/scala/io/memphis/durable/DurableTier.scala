@@ -174,9 +174,17 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   /**
    * The shapes in `folder`, listed at most once per [[DurableTier.ListingMs]] (queries plan one after
    * another; an entry another process commits is seen that much later, a removed one is a miss at
-   * lookup); listed afresh after this process writes, removes or clears.
+   * lookup); listed afresh after this process writes, removes or clears. On an object store, where
+   * listing a folder that is not there takes three requests (the listing, then S3A's probes of the path),
+   * the user's folder is listed first (once for both of its folders): a folder it does not hold is not listed.
    */
   private def shapesIn(folder: Option[Path]): Set[String] = folder.fold(Set.empty[String]) { folder =>
+    if (files.objectStore(folder) && !namesIn(folder.getParent).contains(folder.getName)) Set.empty[String]
+    else namesIn(folder)
+  }
+
+  /** The folders in `folder`, listed at most once per [[DurableTier.ListingMs]]. */
+  private def namesIn(folder: Path): Set[String] = {
     val now = System.currentTimeMillis()
     synchronized(listed.get(folder)).filter(l => now - l._1 < DurableTier.ListingMs).map(_._2).getOrElse {
       val shapes = try files.list(folder).filter(_.isDirectory).map(_.getPath.getName).toSet

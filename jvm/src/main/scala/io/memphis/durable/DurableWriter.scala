@@ -116,11 +116,22 @@ private[durable] final class DurableWriter(files: DurableFiles, admission: Durab
 
 object DurableWriter {
   /**
-   * For tests of a writer killed before its commit: the JVM system property
-   * `memphis.durable.pauseBeforeCommitMs` holds every write that long between its data and its manifest's commit.
+   * For tests of writers and readers around a commit. The JVM system property
+   * `memphis.durable.pauseBeforeCommitMs` holds every write that long between its data and its
+   * manifest's commit; `memphis.durable.commitBarrier=<local folder>,<n>` holds it until `n` files are
+   * in that folder (at most 5 minutes), after adding one of its own: writers that meet there commit
+   * only once all have written their data, and a reader can let a writer go by adding a file.
    */
-  private def pauseBeforeCommit(): Unit =
+  private def pauseBeforeCommit(): Unit = {
     Option(System.getProperty("memphis.durable.pauseBeforeCommitMs")).foreach(ms => Thread.sleep(ms.toLong))
+    Option(System.getProperty("memphis.durable.commitBarrier")).foreach { value =>
+      val (folder, n) = (new java.io.File(value.split(",")(0)), value.split(",")(1).toInt)
+      folder.mkdirs()
+      new java.io.File(folder, s"writer-${UUID.randomUUID()}").createNewFile()
+      val deadline = System.currentTimeMillis() + 5 * 60 * 1000
+      while (Option(folder.list()).fold(0)(_.length) < n && System.currentTimeMillis() < deadline) Thread.sleep(50)
+    }
+  }
 
   /** The SHA-256 of `bytes` in hex: the checksum a reader of collected rows checks. */
   def sha256(bytes: Array[Byte]): String =
