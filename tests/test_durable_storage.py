@@ -254,7 +254,7 @@ def listing(store):
 def requests_between(log, begin, end):
     marks = [i for i, r in enumerate(log) if r[0] == "MARK"]
     start = next(i for i in marks if log[i][1] == begin)
-    stop = next(i for i in marks if i > start and (end is None or log[i][1] == end))
+    stop = len(log) if end is None else next(i for i in marks if i > start and log[i][1] == end)
     return log[start + 1:stop]
 
 
