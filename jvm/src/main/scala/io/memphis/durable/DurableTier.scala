@@ -134,7 +134,10 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
             // A pass reads every manifest of the user: one after a burst of writes, not one per write.
             if (pending.get == 1 || writesSincePass >= DurableTier.WritesPerPass) {
               writesSincePass = 0
-              eviction.pass(Seq(folderOf(owner), collectedFolderOf(owner)).flatten, maxBytes, System.currentTimeMillis())
+              // On an object store a folder the user's does not hold is not listed (three requests there).
+              val folders = Seq(folderOf(owner), collectedFolderOf(owner)).flatten
+                .filter(f => !files.objectStore(f) || namesIn(f.getParent).contains(f.getName))
+              eviction.pass(folders, maxBytes, System.currentTimeMillis())
             }
           } catch {
             case NonFatal(t) =>

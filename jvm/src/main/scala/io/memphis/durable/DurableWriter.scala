@@ -30,8 +30,9 @@ private final case class DataWritten(format: String, schema: String, rows: Long,
  * no job. Then the manifest is committed beside the data, last: on a filesystem (local, HDFS) written
  * under a temporary name and renamed into place; on an object store (S3A, GCS), where a rename is a copy
  * and a delete, written in place in one request (an object appears whole or not at all). Two processes
- * writing one key use two data folders; the commit decides (on the local filesystem and on object stores
- * the later manifest replaces the earlier, on HDFS the first stays: either is valid), and the data no
+ * writing one key use two data folders; the commit decides (on object stores the later manifest replaces
+ * the earlier; on HDFS and the local filesystem, whose Hadoop rename does not replace a file, the first
+ * stays: either is valid), and the data no
  * manifest lists is deleted later ([[DurableEviction]]). Whatever fails, nothing is left that a
  * reader would trust: a reader trusts only a manifest whose listed files are all there, with their bytes
  * and modification times, and no other data file beside them.
