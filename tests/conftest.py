@@ -27,7 +27,7 @@ sys.path.insert(0, BENCHMARKS)
 # to its workers (--dist loadfile) in collection order, and one begun last would keep its worker busy
 # long after the other ran out of files.
 LONGEST_FIRST = ("test_tpcds_corpus.py", "test_staleness_corpus.py", "test_bench_restart.py", "test_bench.py",
-                 "test_tpch_corpus.py")
+                 "test_tpch_corpus.py", "test_durable_storage.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -68,7 +68,7 @@ def settled():  # the counters once the durable writes this process queued have 
 
 out = {"steps": []}
 for step in args["steps"]:
-    exec(step["code"], {"os": os, "json": json, "entry": step.get("entry")})
+    exec(step["code"], {**globals(), "entry": step.get("entry")})  # spark, ask, out, ... for the step's own checks
     memphis.clear(spark)  # memory only: what follows reads the durable tier or computes
     before = counters()
     answers, runs = [], []

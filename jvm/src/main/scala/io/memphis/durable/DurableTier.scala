@@ -152,7 +152,10 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
             // A pass reads every manifest of the user: one after a burst of writes, not one per write.
             if (pending.get == 1 || writesSincePass >= DurableTier.WritesPerPass) {
               writesSincePass = 0
-              eviction.pass(Seq(folderOf(owner), collectedFolderOf(owner)).flatten, maxBytes, System.currentTimeMillis())
+              // On an object store a folder the user's does not hold is not listed (three requests there).
+              val folders = Seq(folderOf(owner), collectedFolderOf(owner)).flatten
+                .filter(f => !files.objectStore(f) || namesIn(f.getParent).contains(f.getName))
+              eviction.pass(folders, maxBytes, System.currentTimeMillis())
             }
           } catch {
             case NonFatal(t) =>
@@ -192,9 +195,17 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
   /**
    * The shapes in `folder`, listed at most once per [[DurableTier.ListingMs]] (queries plan one after
    * another; an entry another process commits is seen that much later, a removed one is a miss at
-   * lookup); listed afresh after this process writes, removes or clears.
+   * lookup); listed afresh after this process writes, removes or clears. On an object store, where
+   * listing a folder that is not there takes three requests (the listing, then S3A's probes of the path),
+   * the user's folder is listed first (once for both of its folders): a folder it does not hold is not listed.
    */
   private def shapesIn(folder: Option[Path]): Set[String] = folder.fold(Set.empty[String]) { folder =>
+    if (files.objectStore(folder) && !namesIn(folder.getParent).contains(folder.getName)) Set.empty[String]
+    else namesIn(folder)
+  }
+
+  /** The folders in `folder`, listed at most once per [[DurableTier.ListingMs]]. */
+  private def namesIn(folder: Path): Set[String] = {
     val now = System.currentTimeMillis()
     synchronized(listed.get(folder)).filter(l => now - l._1 < DurableTier.ListingMs).map(_._2).getOrElse {
       val shapes = try files.list(folder).filter(_.isDirectory).map(_.getPath.getName).toSet
@@ -256,7 +267,7 @@ final class DurableTier(sc: SparkContext, stats: CacheStats, shared: Boolean) {
           val seen = for {
             d <- m.dataFolders.toSeq if d.startsWith(DurableLayout.DataPrefix) && !d.contains("..")
             s <- files.list(new Path(entry, d)) if DurableTier.isDataFile(s.getPath.getName)
-          } yield s"$d/${s.getPath.getName}" -> FileSeen(s.getLen, s.getModificationTime, files.ownedByThisUser(s.getPath))
+          } yield s"$d/${s.getPath.getName}" -> FileSeen(s.getLen, s.getModificationTime, files.ownedByThisUser(s))
           Manifest.verdict(m, key, format, schema, user, shared, files.ownedByThisUser(manifestPath), seen.toMap)
       }
       def refuse(why: String, removing: Boolean): Option[(Path, Manifest, A)] = {

@@ -27,11 +27,15 @@ private final case class DataWritten(format: String, schema: String, rows: Long,
  * cached plan, which Spark's CacheManager substitutes with the cached relation (the job reads the
  * stored blocks; nothing is computed again), is written as Parquet into a data folder of its own.
  * Collected rows: the rows on the driver, written by this thread as one file ([[CollectedRowsFile]]),
- * no job. Then the manifest is written beside the data under a temporary name and renamed into place,
- * last. Two processes writing one key use two data folders; the rename that commits decides (on the
- * local filesystem the later one replaces the earlier, elsewhere the first stays), and the data no
+ * no job. Then the manifest is committed beside the data, last: on a filesystem (local, HDFS) written
+ * under a temporary name and renamed into place; on an object store (S3A, GCS), where a rename is a copy
+ * and a delete, written in place in one request (an object appears whole or not at all). Two processes
+ * writing one key use two data folders; the commit decides (on object stores the later manifest replaces
+ * the earlier; on HDFS and the local filesystem, whose Hadoop rename does not replace a file, the first
+ * stays: either is valid), and the data no
  * manifest lists is deleted later ([[DurableEviction]]). Whatever fails, nothing is left that a
- * reader would trust.
+ * reader would trust: a reader trusts only a manifest whose listed files are all there, with their bytes
+ * and modification times, and no other data file beside them.
  */
 private[durable] final class DurableWriter(files: DurableFiles, admission: DurableAdmission, stats: CacheStats) {
   /** Writes `job` under `folder` (the owner's `spark` folder) in `session`; `why` it was admitted. */
@@ -89,16 +93,22 @@ private[durable] final class DurableWriter(files: DurableFiles, admission: Durab
             val name = s.getPath.getName
             DataFile(s"${data.getName}/$name", s.getLen, s.getModificationTime, written.sha256ByName.getOrElse(name, ""))
           })
-        files.writeNew(temp, manifest.toJson)
-        DurableWriter.pauseBeforeCommit()
-        committed = files.rename(temp, manifestPath)
+        if (files.objectStore(manifestPath)) {
+          DurableWriter.pauseBeforeCommit()
+          files.put(manifestPath, manifest.toJson)
+          committed = true
+        } else {
+          files.writeNew(temp, manifest.toJson)
+          DurableWriter.pauseBeforeCommit()
+          committed = files.rename(temp, manifestPath)
+        }
         if (committed) {
           stats.add(Counter.DurableBytesWritten, bytes)
           stats.record(Counter.DurableWrites, s"wrote ${key.hash} to the durable tier ($why): $bytes bytes in " +
             s"${parts.size} file(s) in $ms ms, under $entry")
         } else CacheStats.log.debug(s"memphis: another process committed ${key.hash} to the durable tier first")
       } finally if (!committed) {
-        files.delete(temp)
+        if (!files.objectStore(temp)) files.delete(temp)
         files.delete(data)
       }
     }
@@ -107,11 +117,22 @@ private[durable] final class DurableWriter(files: DurableFiles, admission: Durab
 
 object DurableWriter {
   /**
-   * For tests of a writer killed before its commit: the JVM system property
-   * `memphis.durable.pauseBeforeCommitMs` holds every write that long between its data and its manifest's commit.
+   * For tests of writers and readers around a commit. The JVM system property
+   * `memphis.durable.pauseBeforeCommitMs` holds every write that long between its data and its
+   * manifest's commit; `memphis.durable.commitBarrier=<local folder>,<n>` holds it until `n` files are
+   * in that folder (at most 5 minutes), after adding one of its own: writers that meet there commit
+   * only once all have written their data, and a reader can let a writer go by adding a file.
    */
-  private def pauseBeforeCommit(): Unit =
+  private def pauseBeforeCommit(): Unit = {
     Option(System.getProperty("memphis.durable.pauseBeforeCommitMs")).foreach(ms => Thread.sleep(ms.toLong))
+    Option(System.getProperty("memphis.durable.commitBarrier")).foreach { value =>
+      val (folder, n) = (new java.io.File(value.split(",")(0)), value.split(",")(1).toInt)
+      folder.mkdirs()
+      new java.io.File(folder, s"writer-${UUID.randomUUID()}").createNewFile()
+      val deadline = System.currentTimeMillis() + 5 * 60 * 1000
+      while (Option(folder.list()).fold(0)(_.length) < n && System.currentTimeMillis() < deadline) Thread.sleep(50)
+    }
+  }
 
   /** The SHA-256 of `bytes` in hex: the checksum a reader of collected rows checks. */
   def sha256(bytes: Array[Byte]): String =
