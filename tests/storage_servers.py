@@ -66,6 +66,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def stop(process):
+    """Ends a server ``process``: asked first, killed after 20 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def wait_for(check, seconds, what, log=None):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -141,13 +152,7 @@ class MiniHdfs:
         return out
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process)
 
     def confs(self):
         return {"spark.hadoop.fs.defaultFS": self.uri, "spark.hadoop.dfs.client.use.datanode.hostname": "false"}
@@ -197,13 +202,7 @@ class MotoS3:
             pass  # answered: the server is up
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process)
 
     def uri(self, path):
         return f"s3a://{self.bucket}/{path.lstrip('/')}"
