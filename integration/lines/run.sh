@@ -80,37 +80,20 @@ venv_log=$(mktemp)
 make_line_venvs > "$venv_log" 2>&1 &
 venvs_made=$!
 
-# Each line's ScalaTest suites and compile run one after another, mostly on one core (scalac, and one
-# suite at a time); the Python scenarios run beside them on the other, each line's as soon as its jar
-# is built and tested (a file in $jars_ready says so, or says they failed). Their log is printed when
-# they end.
-jars_ready=$(mktemp -d)
-jvm_log=$(mktemp)
-jvm_lines() {
-  while read -r build oldest scalatest_javas python_java; do
-    first=${scalatest_javas%%,*}
-    step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $first"
-    make -s "jar-$build" JAR_FLAGS="-Djvm=$(java_home "$first")/bin/java"
-    for java in $(echo "${scalatest_javas#"$first"}" | tr , ' '); do
-      step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $java"
-      $MVN -P "$(profiles "$build")" test -Djvm="$(java_home "$java")/bin/java"
-    done
-    touch "$jars_ready/$build"
-    built_for=$(sed -n "/<id>spark-${build%_*}<\/id>/,/<\/profile>/s|.*<spark.version>\(.*\)</spark.version>.*|\1|p" jvm/pom.xml)
-    [ "$oldest" = "$built_for" ] && continue
-    step "compile for Spark ${build%_*}, Scala ${build#*_} against its oldest patch, $oldest"
-    $MVN -P "$(profiles "$build")" -Dspark.version="$oldest" \
-      -Dmemphis.build.directory="$PWD/jvm/target/oldest-$build" test-compile
-  done <<< "$MATRIX"
-}
-# (Not `jvm_lines || ...`: a function called there would run on past a failed command.)
-(trap '[ -e "$jars_ready/all" ] || touch "$jars_ready/failed"' EXIT; jvm_lines; touch "$jars_ready/all") > "$jvm_log" 2>&1 &
-jvm_done=$!
-jvm_failed() { cat "$jvm_log"; echo "make test-lines: the JVM lines failed (above)"; exit 1; }
-
-step "core Python scenarios on the default line, Java 21"
-# shellcheck disable=SC2086
-JAVA_HOME=$(pyspark_java21_home) "$PY" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile $LINE_TESTS
+while read -r build oldest scalatest_javas python_java; do
+  first=${scalatest_javas%%,*}
+  step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $first"
+  make -s "jar-$build" JAR_FLAGS="-Djvm=$(java_home "$first")/bin/java"
+  for java in $(echo "${scalatest_javas#"$first"}" | tr , ' '); do
+    step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $java"
+    $MVN -P "$(profiles "$build")" test -Djvm="$(java_home "$java")/bin/java"
+  done
+  built_for=$(sed -n "/<id>spark-${build%_*}<\/id>/,/<\/profile>/s|.*<spark.version>\(.*\)</spark.version>.*|\1|p" jvm/pom.xml)
+  [ "$oldest" = "$built_for" ] && continue
+  step "compile for Spark ${build%_*}, Scala ${build#*_} against its oldest patch, $oldest"
+  $MVN -P "$(profiles "$build")" -Dspark.version="$oldest" \
+    -Dmemphis.build.directory="$PWD/jvm/target/oldest-$build" test-compile
+done <<< "$MATRIX"
 
 step "the line venvs"
 wait "$venvs_made" || { cat "$venv_log"; exit 1; }
@@ -118,17 +101,14 @@ venvs=()
 while read -r build oldest _ python_java; do
   [ "$python_java" = - ] && continue
   line=${build%_*}; venv=.venv-spark-$line; venvs+=("$venv")
-  until [ -e "$jars_ready/$build" ]; do [ -e "$jars_ready/failed" ] && jvm_failed; sleep 5; done
   step "core Python scenarios on pyspark $oldest, Java $python_java"
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
   # shellcheck disable=SC2086
   JAVA_HOME=$(java_home "$python_java") "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile $LINE_TESTS
 done <<< "$MATRIX"
-
-step "the JVM lines"
-wait "$jvm_done" || true  # its marker says how it ended
-cat "$jvm_log"
-[ -e "$jars_ready/failed" ] && jvm_failed
+step "core Python scenarios on the default line, Java 21"
+# shellcheck disable=SC2086
+JAVA_HOME=$(pyspark_java21_home) "$PY" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile $LINE_TESTS
 
 step "the wheel beside each line's pyspark"
 MEMPHIS_LINE_VENVS="${venvs[*]}" "$PY" -m pytest -q -p no:cacheprovider integration/lines/wheel_on_each_line.py
