@@ -1,13 +1,12 @@
 package org.apache.spark.memphis.ui
 
 import scala.annotation.meta.getter
-import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.annotation.JsonIgnore
 import io.memphis.conf.{MemphisDecisionEvent, MemphisPlanEvent, MemphisStateEvent}
 import org.apache.spark.scheduler.{SparkListener, SparkListenerEvent}
 import org.apache.spark.status.ElementTrackingStore
-import org.apache.spark.util.kvstore.{KVIndex, KVStore}
+import org.apache.spark.util.kvstore.{KVIndex, KVStore, KVStoreView}
 
 /** One decision in Spark's status store, numbered in the order it was posted (the store's key). */
 final class DecisionRow(@(KVIndex @getter) val seq: Long, val event: MemphisDecisionEvent)
@@ -43,9 +42,8 @@ final class MemphisStatusListener(store: ElementTrackingStore, retained: Int) ex
       store.write(new StateRow(state))
       // The plans of keys this state no longer shows: a plan is posted again when its key comes back.
       val shown = state.entries.map(_.key).toSet
-      val rows = store.view(classOf[PlanRow]).closeableIterator()
-      val gone = try rows.asScala.map(_.key).filterNot(shown).toList finally rows.close()
-      gone.foreach(store.delete(classOf[PlanRow], _))
+      MemphisStatusStore.read(store.view(classOf[PlanRow]))(_.key).filterNot(shown)
+        .foreach(store.delete(classOf[PlanRow], _))
     case _ =>
   }
 }
@@ -59,11 +57,21 @@ final class MemphisStatusStore(store: KVStore) {
     try Some(store.read(classOf[PlanRow], key).plan) catch { case _: NoSuchElementException => None }
 
   /** The newest decisions, newest first. */
-  def decisions: Seq[MemphisDecisionEvent] = {
-    val rows = store.view(classOf[DecisionRow]).reverse().closeableIterator()
-    try rows.asScala.map(_.event).toList finally rows.close()
-  }
+  def decisions: Seq[MemphisDecisionEvent] =
+    MemphisStatusStore.read(store.view(classOf[DecisionRow]).reverse())(_.event)
 
   /** Whether memphis posted anything (an application without memphis gets no tab in the History Server). */
   def nonEmpty: Boolean = store.count(classOf[StateRow]) > 0 || store.count(classOf[DecisionRow]) > 0
+}
+
+object MemphisStatusStore {
+  /** A view's rows read through `f`, in its order (by hand: Scala 2.12 has no scala.jdk converters). */
+  private[ui] def read[T, R](view: KVStoreView[T])(f: T => R): List[R] = {
+    val rows = view.closeableIterator()
+    try {
+      val out = List.newBuilder[R]
+      while (rows.hasNext) out += f(rows.next())
+      out.result()
+    } finally rows.close()
+  }
 }
