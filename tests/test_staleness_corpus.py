@@ -37,7 +37,7 @@ import time
 
 import pytest
 
-from conftest import TEST_CONFS, run_python
+from conftest import TEST_CONFS, long_lived_jvm_env, run_python
 from test_staleness import ADDED, ROWS, WRITER
 
 pytestmark = pytest.mark.slow
@@ -641,7 +641,7 @@ def run_mode(mode, root, staged):
     os.makedirs(root, exist_ok=True)
     base = {"mode": mode, "root": root, "asks": ASKS, "tests": HERE, "labels": LABELS, "confs": confs(root),
             "delta": bool(DELTA_JARS), "delta_append": DELTA_APPEND, "put": PUT, "staged": staged}
-    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env = {k: v for k, v in long_lived_jvm_env().items() if k != "PYSPARK_PYTHON"}
     first = run_python(APP, json.dumps({**base, "phase": "first"}), env=env, timeout=PHASE_TIMEOUT_S)
     second = run_python(APP, json.dumps({**base, "phase": "second"}), env=env, timeout=PHASE_TIMEOUT_S)
     return first, second

@@ -14,7 +14,7 @@ import warnings
 
 import pytest
 
-from conftest import BENCHMARKS
+from conftest import BENCHMARKS, long_lived_jvm_env
 import tpch_corpus
 from tpcds_corpus import TPCDS
 
@@ -43,7 +43,8 @@ def test_every_query_answers_the_same_within_budget_and_time(tpcds_data, tmp_pat
     out = tmp_path / "tpcds_corpus.json"
     command = [sys.executable, os.path.join(BENCHMARKS, "tpcds_corpus.py"), "--sf", str(SF), "--driver-memory", "1g",
                "--timeout", str(QUERY_TIMEOUT_S), "--deadline", str(RUN_DEADLINE_S), "--plain-once", "--out", str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_DEADLINE_S + 300)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_DEADLINE_S + 300,
+                            env=long_lived_jvm_env())
     assert out.exists(), f"no report (exit status {result.returncode}):\n{result.stderr[-5000:]}"
     with open(out) as f:
         report = json.load(f)

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from conftest import long_lived_jvm_env
+
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
 sys.path.insert(0, BENCHMARKS)
 import tpch_corpus  # noqa: E402
@@ -38,7 +40,8 @@ def run_corpus(driver_memory, out):
     command = [sys.executable, os.path.join(BENCHMARKS, "tpch_corpus.py"), "--sf", str(SF),
                "--driver-memory", driver_memory, "--timeout", str(QUERY_TIMEOUT_S),
                "--deadline", str(RUN_DEADLINE_S), "--plain-once", "--out", str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_DEADLINE_S + 300)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_DEADLINE_S + 300,
+                            env=long_lived_jvm_env())
     assert out.exists(), f"no report (exit status {result.returncode}):\n{result.stderr[-5000:]}"
     with open(out) as f:
         return json.load(f)
