@@ -62,10 +62,13 @@ def class_data_archive():
         if not os.path.exists(path) and not os.path.exists(path + ".none"):
             made = path + ".tmp"
             env = {**os.environ, "SPARK_SUBMIT_OPTS": os.environ["SPARK_SUBMIT_OPTS"] + f" -XX:ArchiveClassesAtExit={made}"}
-            subprocess.run([sys.executable, "-c", CDS_SESSION], env=env, capture_output=True, timeout=300)
+            try:
+                ran = subprocess.run([sys.executable, "-c", CDS_SESSION], env=env, capture_output=True, timeout=300)
+            except subprocess.SubprocessError:  # tried again by the next run; this one starts without
+                return None
             if os.path.exists(made):
                 os.replace(made, path)
-            else:  # this Java dumps nothing (no base archive): not tried again
+            elif ran.returncode == 0:  # the session ran and this Java dumped nothing (no base archive)
                 open(path + ".none", "w").close()
     return path if os.path.exists(path) else None
 

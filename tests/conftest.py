@@ -160,12 +160,12 @@ def uses_memphis_cache(df):
     return "Scan In-memory table memphis" in df._jdf.queryExecution().executedPlan().toString()
 
 
-def long_lived_jvm_env(env=None):
-    """``env`` (else this process's environment) for a JVM that runs for many minutes, such as a corpus':
-    without the C1-only flag the root conftest.py gives the tests' short-lived JVMs. The second JIT tier pays
+def long_lived_jvm_env():
+    """This process's environment for a JVM that runs for many minutes, such as a corpus': without the
+    C1-only flag the root conftest.py gives the tests' short-lived JVMs. The second JIT tier pays
     off there: the TPC-DS corpus answered 1.55 times as many queries in 16 minutes with it, two runs side by
     side on two cores."""
-    env = dict(os.environ if env is None else env)
+    env = dict(os.environ)
     env["SPARK_SUBMIT_OPTS"] = " ".join(
         o for o in env.get("SPARK_SUBMIT_OPTS", "").split() if not o.startswith("-XX:TieredStopAtLevel="))
     return env

@@ -11,11 +11,8 @@ import sys
 
 import pytest
 
-from conftest import long_lived_jvm_env
-
-BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
-sys.path.insert(0, BENCHMARKS)
-import tpch_corpus  # noqa: E402
+from conftest import BENCHMARKS, long_lived_jvm_env  # conftest puts the benchmarks on sys.path
+import tpch_corpus
 
 pytestmark = pytest.mark.slow  # minutes: `make test-fast` leaves it out
 
