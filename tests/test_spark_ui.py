@@ -7,8 +7,10 @@ import os
 import shutil
 import socket
 import subprocess
+import urllib.error
 import urllib.request
 
+import pyspark
 import pytest
 
 import memphis
@@ -89,19 +91,71 @@ def counters(page):
     return {name: int(cells[1]) for name, cells in Rows(page).tables["memphis-stats"].items()}
 
 
+# A servlet filter that signs the request in as the user its `user` parameter names, as a site's
+# authentication filter (Kerberos, OAuth) would; Spark's ACLs take the signed-in user from it. Spark 4's
+# UI is on jakarta.servlet, 3.5's on javax.servlet.
+USER_FILTER = """
+import PACKAGE.*;
+import PACKAGE.http.*;
+
+public class UrlUserFilter implements Filter {
+  public void doFilter(ServletRequest request, ServletResponse response, FilterChain chain)
+      throws java.io.IOException, ServletException {
+    final String user = request.getParameter("user");
+    chain.doFilter(user == null ? request : new HttpServletRequestWrapper((HttpServletRequest) request) {
+      @Override public String getRemoteUser() { return user; }
+    }, response);
+  }
+}
+"""
+# Who may read what, with Spark's UI ACLs on: the owner (the user running the tests) and an admin read an
+# entry's plan; a user with view access sees the tab but no plan; any other user is turned away by Spark.
+VIEWER, ADMIN, STRANGER = "daemon", "bin", "nobody"
+ACLS = {"spark.acls.enable": "true", "spark.ui.view.acls": VIEWER, "spark.admin.acls": ADMIN}
+
+
+def user_filter(folder):
+    """The folder holding UrlUserFilter, compiled for this pyspark's servlet API and Java 11 and later."""
+    jars = os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "jars")
+    package = "jakarta.servlet" if int(pyspark.__version__.split(".")[0]) >= 4 else "javax.servlet"
+    api = os.pathsep.join(os.path.join(jars, j) for j in os.listdir(jars) if "servlet-api" in j)
+    source = folder / "UrlUserFilter.java"
+    source.write_text(USER_FILTER.replace("PACKAGE", package))
+    javac = shutil.which("javac")
+    assert javac, "the browser tests compile a servlet filter: they need a JDK's javac"
+    subprocess.run([javac, "--release", "11", "-cp", api, "-d", str(folder), str(source)], check=True,
+                   capture_output=True, timeout=120)
+    return str(folder)
+
+
+def as_user(url, user):
+    return f"{url}{'&' if '?' in url else '?'}user={user}"
+
+
+def http_status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 class App:
-    """One application with the UI on and an event log, that persisted, served and refused subplans."""
+    """One application with the UI on, its ACLs on and an event log, that persisted, served and refused subplans."""
 
     def __init__(self, tmp_path):
         self.tmp_path = tmp_path
         self.events = tmp_path / "events"
         self.events.mkdir()
         self.port = free_port()
+        self.filter_classes = user_filter(tmp_path)
         self.spark = memphis.session("local[2]", app_name="memphis-ui-tests", **{
             **TEST_CONFS, "spark.ui.enabled": "true", "spark.ui.port": str(self.port),
-            "spark.ui.showConsoleProgress": "false",
+            "spark.ui.showConsoleProgress": "false", **ACLS,
+            "spark.driver.extraClassPath": self.filter_classes, "spark.ui.filters": "UrlUserFilter",
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(self.events)})
         self.app_id = self.spark.sparkContext.applicationId
+        self.owner = self.spark.sparkContext.sparkUser()
         path = sales(self.spark, str(tmp_path / "sales"))
         self.key = memphis.lineage_key(per_key(self.spark, path))
         # The shared aggregate: seen, persisted on its second occurrence, served on the third.
@@ -114,6 +168,10 @@ class App:
         self.spark.read.parquet(path).selectExpr("k", "rand() AS r").groupBy("k").sum("r").collect()
         self._live = None
 
+    def url(self, path, user=None):
+        """An address of the live UI, signed in as ``user`` (the owner unless named)."""
+        return as_user(f"http://127.0.0.1:{self.port}{path}", user or self.owner)
+
     def jvm_stats(self):
         """memphis_stats(), once Spark's listeners have seen every query (one py4j call, no query of its own)."""
         return json.loads(facade(self.spark).statsJson(self.spark._jsparkSession))
@@ -122,7 +180,7 @@ class App:
         """The live tab's DOM once it shows the state memphis_stats() reports (its state event arrives
         on the listener bus a moment after the query's end)."""
         if self._live is None:
-            url = f"http://127.0.0.1:{self.port}/memphis/"
+            url = self.url("/memphis/")
             expected = {k: v for k, v in self.jvm_stats().items() if k not in GAUGES}
 
             def shown():
@@ -165,16 +223,39 @@ def test_live_tab_shows_decisions_entries_and_the_counters_of_memphis_stats(app,
     # Per-query lines link to the SQL tab's executions, which exist.
     executions = sorted(int(e) for e in tables["memphis-queries"])
     assert executions and f"/SQL/execution/?id={executions[0]}" in Rows(page).links
-    sql_page = browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={executions[0]}", tmp_path)
+    sql_page = browse(app.url(f"/SQL/execution/?id={executions[0]}"), tmp_path)
     assert f"Details for Query {executions[0]}" in sql_page
     shot = os.path.join(ARTIFACTS, "memphis-tab.png")
-    browse(f"http://127.0.0.1:{app.port}/memphis/", tmp_path, screenshot=shot)
+    browse(app.url("/memphis/"), tmp_path, screenshot=shot)
     assert os.path.getsize(shot) > 10_000  # a rendered page, not an empty image
+
+
+def plans_shown(page, key):
+    """The plan cell of entry ``key``, and every cell's text of the page: what a reader of it sees."""
+    tables = Rows(page).tables
+    return tables["memphis-entries"][key][-1], " ".join(" ".join(rows) for t in tables.values() for rows in t.values())
+
+
+def assert_acls_hold(url_as, key, tmp_path):
+    """With UI ACLs on, the owner and an admin read entry ``key``'s plan; a viewer sees that it exists; a stranger nothing."""
+    owner_plan, _ = plans_shown(browse(url_as(None), tmp_path), key)
+    admin_plan, _ = plans_shown(browse(url_as(ADMIN), tmp_path), key)
+    # The cell: the summary "plan", then the plan text it unfolds.
+    assert owner_plan.startswith("plan") and "Aggregate" in owner_plan and admin_plan == owner_plan
+    viewer_plan, viewer_sees = plans_shown(browse(url_as(VIEWER), tmp_path), key)
+    assert viewer_plan == "only its owner may read it"
+    assert owner_plan[len("plan"):] not in viewer_sees
+    assert http_status(url_as(STRANGER)) == 403
+
+
+def test_with_ui_acls_on_only_the_owner_and_admins_read_an_entrys_plan(app, tmp_path):
+    app.live()
+    assert_acls_hold(lambda user: app.url("/memphis/", user), app.key, tmp_path)
 
 
 def node_metrics(app, execution, node_name):
     """The SQL metrics of a node of an execution's plan, as the SQL tab shows them (Spark's REST API)."""
-    url = f"http://127.0.0.1:{app.port}/api/v1/applications/{app.app_id}/sql/{execution}?details=true"
+    url = app.url(f"/api/v1/applications/{app.app_id}/sql/{execution}?details=true")
     with urllib.request.urlopen(url, timeout=30) as r:
         nodes = json.load(r)["nodes"]
     [node] = [n for n in nodes if n["nodeName"] == node_name]
@@ -194,10 +275,10 @@ def test_sql_tab_shows_what_memphis_served(app, tmp_path):
     assert int(metrics["rows served by memphis"].replace(",", "")) == app.served_rows
     assert "compute time saved" in metrics
     # And in the browser: the execution page's plan graph carries them.
-    page = browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={served[0]}", tmp_path)
+    page = browse(app.url(f"/SQL/execution/?id={served[0]}"), tmp_path)
     assert "ServedByMemphis" in page and "rows served by memphis" in page
     shot = os.path.join(ARTIFACTS, "memphis-sql-metric.png")
-    browse(f"http://127.0.0.1:{app.port}/SQL/execution/?id={served[0]}", tmp_path, screenshot=shot)
+    browse(app.url(f"/SQL/execution/?id={served[0]}"), tmp_path, screenshot=shot)
     assert os.path.getsize(shot) > 10_000
 
 
@@ -213,14 +294,16 @@ def history_server(app, tmp_path_factory):
     """pyspark's own History Server over the app's event log, the memphis jar on its classpath."""
     app.live()  # what the live tab showed, for the comparison
     app.stop()
-    home = os.path.dirname(os.path.abspath(__import__("pyspark").__file__))
+    home = os.path.dirname(os.path.abspath(pyspark.__file__))
     work = tmp_path_factory.mktemp("history")
     port = free_port()
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOG_DIR=str(work / "logs"), SPARK_PID_DIR=str(work / "pid"),
-               SPARK_IDENT_STRING=f"memphis-tests-{port}", SPARK_DAEMON_CLASSPATH=jar_path(),
+               SPARK_IDENT_STRING=f"memphis-tests-{port}",
+               SPARK_DAEMON_CLASSPATH=os.pathsep.join([jar_path(), app.filter_classes]),
                JAVA_HOME=os.path.dirname(os.path.dirname(os.path.realpath(java_executable()))),
                SPARK_HISTORY_OPTS=f"-Dspark.history.fs.logDirectory=file:{app.events} "
-                                  f"-Dspark.history.ui.port={port} -Dspark.ui.host=127.0.0.1")
+                                  f"-Dspark.history.ui.port={port} -Dspark.ui.host=127.0.0.1 "
+                                  "-Dspark.ui.filters=UrlUserFilter -Dspark.history.ui.acls.enable=true")
     subprocess.run(["bash", os.path.join(home, "sbin", "start-history-server.sh")], env=env, check=True,
                    capture_output=True, timeout=60)
     url = f"http://127.0.0.1:{port}"
@@ -241,7 +324,7 @@ def history_server(app, tmp_path_factory):
 
 def test_history_server_replays_the_same_tab(app, history_server, tmp_path):
     live = Rows(app.live()).tables
-    replayed_page = browse(f"{history_server}/history/{app.app_id}/memphis/", tmp_path)
+    replayed_page = browse(as_user(f"{history_server}/history/{app.app_id}/memphis/", app.owner), tmp_path)
     replayed = Rows(replayed_page).tables
     # The same counters (gauges too: both pages show the last state the application posted), entries and decisions.
     assert replayed["memphis-stats"] == live["memphis-stats"]
@@ -251,3 +334,9 @@ def test_history_server_replays_the_same_tab(app, history_server, tmp_path):
     assert replayed["memphis-decisions"] == live["memphis-decisions"]
     # Its links lead to the replayed application's SQL tab.
     assert any(link.startswith(f"/history/{app.app_id}/SQL/execution/?id=") for link in Rows(replayed_page).links)
+
+
+def test_history_server_keeps_the_applications_ui_acls(app, history_server, tmp_path):
+    # The History Server applies the application's own view and admin ACLs (spark.history.ui.acls.enable).
+    tab = f"{history_server}/history/{app.app_id}/memphis/"
+    assert_acls_hold(lambda user: as_user(tab, user or app.owner), app.key, tmp_path)
