@@ -300,7 +300,7 @@ object DeltaVersion {
     val version =
       if (pinned) pinnedVersion(location).getOrElse(throw new NoKey(s"the pinned version of Delta table $path could not be read"))
       else latestVersion(path, hadoopConf)
-    if (pinned) requireFiles(location, path, version, hadoopConf)
+    if (pinned) requireFiles(location, path, tableId, version, hadoopConf)
     Some(DeltaVersion(path, tableId, version, pinned)(hadoopConf))
   }
 
@@ -317,12 +317,15 @@ object DeltaVersion {
 
   /**
    * Fails with [[NoKey]] unless every data file of a pinned read's version is in the table's folder
-   * (one recursive listing; the version's file list is Delta's, which its scan reads anyway).
+   * (one recursive listing; the version's file list is Delta's, from [[PinnedFiles]]).
    */
-  private def requireFiles(location: AnyRef, path: String, version: Long, hadoopConf: Configuration): Unit = {
-    val files = location match {
-      case index: FileIndex => index.inputFiles.map(f => new Path(f).toUri.getPath)
-      case _ => throw new NoKey(s"the files of Delta table $path at version $version could not be read")
+  private def requireFiles(location: AnyRef, path: String, tableId: String, version: Long,
+      hadoopConf: Configuration): Unit = {
+    val files = PinnedFiles.of(path, tableId, version, hadoopConf) {
+      location match {
+        case index: FileIndex => index.inputFiles.map(f => new Path(f).toUri.getPath).toSeq
+        case _ => throw new NoKey(s"the files of Delta table $path at version $version could not be read")
+      }
     }
     if (files.nonEmpty) {
       val root = new Path(path)
@@ -352,5 +355,50 @@ object DeltaVersion {
     val fs = log.getFileSystem(hadoopConf)
     val names = try fs.listStatus(log).map(_.getPath.getName) catch { case _: java.io.FileNotFoundException => Array.empty[String] }
     names.collect { case Commit(n) => n.toLong }.foldLeft(-1L)(math.max)
+  }
+}
+
+/**
+ * The data files of the pinned Delta versions read in this JVM. Delta lists a version's files by
+ * rebuilding its state in a Spark job (about a second even for a small table), and a time-travel read
+ * builds a new snapshot at every ask, so each ask paid that job again for its key. A version's files
+ * never change: its commit file is written once. They are kept by table folder, table id, version and
+ * that commit file's length and modification time (a folder emptied and filled with another log does
+ * not match), and only while that file exists. At most [[MaxPaths]] paths are held, the least recently
+ * used version going first.
+ */
+private[lineage] object PinnedFiles {
+  val MaxPaths = 100000
+
+  // Guarded by `this`; in access order.
+  private val kept = scala.collection.mutable.LinkedHashMap.empty[String, Seq[String]]
+  private var paths = 0
+
+  /** The files of `path`'s `version`: kept ones, else `list()`'s, then kept. */
+  def of(path: String, tableId: String, version: Long, hadoopConf: Configuration)(list: => Seq[String]): Seq[String] = {
+    val commit = new Path(new Path(path, "_delta_log"), f"$version%020d.json")
+    val id = scala.util.Try(commit.getFileSystem(hadoopConf).getFileStatus(commit)).toOption
+      .map(st => s"$path|$tableId|$version|${st.getLen}|${st.getModificationTime}")
+    id.flatMap(get).getOrElse {
+      val files = list
+      id.foreach(put(_, files))
+      files
+    }
+  }
+
+  private def get(id: String): Option[Seq[String]] = synchronized {
+    kept.remove(id).map { files => kept.put(id, files); files }
+  }
+
+  private def put(id: String, files: Seq[String]): Unit = synchronized {
+    if (files.size <= MaxPaths && !kept.contains(id)) {
+      kept.put(id, files)
+      paths += files.size
+      while (paths > MaxPaths) {
+        val (oldest, gone) = kept.head
+        kept.remove(oldest)
+        paths -= gone.size
+      }
+    }
   }
 }

@@ -101,6 +101,35 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     }
   }
 
+  test("a pinned version's files come from Delta once: its next keys run no Spark job; a table made anew is read anew") {
+    val at = dir.resolve("pinned-files").toString
+    spark.range(50).write.format("delta").save(at)
+    spark.range(50, 60).write.format("delta").mode("append").save(at)
+    val jobs = new java.util.concurrent.atomic.AtomicInteger
+    val counting = new org.apache.spark.scheduler.SparkListener {
+      override def onJobStart(start: org.apache.spark.scheduler.SparkListenerJobStart): Unit = jobs.incrementAndGet()
+    }
+    def jobsOf(f: => Any): Int = {
+      SparkRuntime.awaitListeners(spark.sparkContext, 30000)
+      val before = jobs.get
+      f
+      SparkRuntime.awaitListeners(spark.sparkContext, 30000)
+      jobs.get - before
+    }
+    spark.sparkContext.addSparkListener(counting)
+    try {
+      val first = jobsOf(key(pinned(at, 0)))
+      assert(first > 0, "Delta lists a version's files in a Spark job")
+      val again = (1 to 3).map(_ => jobsOf(key(pinned(at, 0).where("id > 3"))))
+      assert(again == Seq(0, 0, 0), s"jobs of the next keys of version 0: $again")
+      // Another table at the same folder: its version 0 has other files, all present, and a key.
+      org.apache.commons.io.FileUtils.deleteDirectory(new java.io.File(at))
+      spark.range(5).write.format("delta").save(at)
+      assert(jobsOf(key(pinned(at, 0))) > 0, "a new table's version 0 is listed again")
+      assert(pinned(at, 0).count() == 5)
+    } finally spark.sparkContext.removeSparkListener(counting)
+  }
+
   test("an overwrite changes the key") {
     val before = key(latest)
     spark.range(7).write.format("delta").mode("overwrite").save(path)
