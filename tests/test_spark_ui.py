@@ -128,6 +128,18 @@ def user_filter(folder):
     return str(folder)
 
 
+def driver_class_path(classes):
+    """The session confs that put ``classes`` on the driver's class path: the JVM's class path when this
+    process starts its JVM, else the running JVM's class loader (a JVM's class path is fixed at its start,
+    and an earlier test module may have started it)."""
+    from pyspark import SparkContext
+    if SparkContext._gateway is None:
+        return {"spark.driver.extraClassPath": classes}
+    java = SparkContext._gateway.jvm
+    java.java.lang.Thread.currentThread().getContextClassLoader().addURL(java.java.io.File(classes).toURI().toURL())
+    return {}
+
+
 def as_user(url, user):
     return f"{url}{'&' if '?' in url else '?'}user={user}"
 
@@ -152,7 +164,7 @@ class App:
         self.spark = memphis.session("local[2]", app_name="memphis-ui-tests", **{
             **TEST_CONFS, "spark.ui.enabled": "true", "spark.ui.port": str(self.port),
             "spark.ui.showConsoleProgress": "false", **ACLS,
-            "spark.driver.extraClassPath": self.filter_classes, "spark.ui.filters": "UrlUserFilter",
+            **driver_class_path(self.filter_classes), "spark.ui.filters": "UrlUserFilter",
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(self.events)})
         self.app_id = self.spark.sparkContext.applicationId
         self.owner = self.spark.sparkContext.sparkUser()
