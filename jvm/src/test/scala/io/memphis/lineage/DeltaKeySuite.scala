@@ -1,12 +1,15 @@
 package io.memphis.lineage
 
 import java.nio.file.Files
+import java.util.concurrent.atomic.AtomicInteger
 
 import io.memphis.cache.SessionKeyContext
 import io.memphis.conf.MemphisConf
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.facade.LineageCache
+import org.apache.commons.io.FileUtils
 import org.apache.spark.SPARK_VERSION
+import org.apache.spark.scheduler.{SparkListener, SparkListenerJobStart}
 import org.apache.spark.sql.{DataFrame, Dataset, SparkSession}
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.memphis.{CacheTestShim, SparkRuntime, SparkShimImpl}
@@ -105,9 +108,9 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     val at = dir.resolve("pinned-files").toString
     spark.range(50).write.format("delta").save(at)
     spark.range(50, 60).write.format("delta").mode("append").save(at)
-    val jobs = new java.util.concurrent.atomic.AtomicInteger
-    val counting = new org.apache.spark.scheduler.SparkListener {
-      override def onJobStart(start: org.apache.spark.scheduler.SparkListenerJobStart): Unit = jobs.incrementAndGet()
+    val jobs = new AtomicInteger
+    val counting = new SparkListener {
+      override def onJobStart(start: SparkListenerJobStart): Unit = jobs.incrementAndGet()
     }
     def jobsOf(f: => Any): Int = {
       SparkRuntime.awaitListeners(spark.sparkContext, 30000)
@@ -123,7 +126,7 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
       val again = (1 to 3).map(_ => jobsOf(key(pinned(at, 0).where("id > 3"))))
       assert(again == Seq(0, 0, 0), s"jobs of the next keys of version 0: $again")
       // Another table at the same folder: its version 0 has other files, all present, and a key.
-      org.apache.commons.io.FileUtils.deleteDirectory(new java.io.File(at))
+      FileUtils.deleteDirectory(new java.io.File(at))
       spark.range(5).write.format("delta").save(at)
       assert(jobsOf(key(pinned(at, 0))) > 0, "a new table's version 0 is listed again")
       assert(pinned(at, 0).count() == 5)
