@@ -2,16 +2,15 @@
 # `make test-lines`: every Spark line memphis builds for besides the default one, at both ends of
 # its patch releases (internal APIs change in patch releases too), and Java 11 and 21:
 #  1. each other jar's ScalaTest suites against the release it is built for (the line's newest
-#     patch): 3.5 with Scala 2.12 on Java 11, 3.5 with 2.13 on Java 17, the Spark 4 lines on Java 21
-#     (Java 17 runs their Python scenarios below; the default jar's ScalaTest runs on 17 in `make
-#     test`, and its Python scenarios on 21 below: each line meets both Javas once);
+#     patch): 3.5 with Scala 2.12 on Java 11, 3.5 with 2.13 and 4.3 on Java 17, 4.0 and 4.1 on
+#     Java 21 (the other Java runs their Python scenarios below; `make test` runs the default jar's
+#     ScalaTest on 21 and its Python tests on 17: each line meets both Javas once);
 #  2. the code, tests included, compiled against each line's oldest patch (where it is not the one
 #     the line is built for: 4.3.0 is 4.3's only release);
 #  3. the core scenarios from Python (reuse with fewer jobs, invalidation, loop checkpoints,
 #     broadcasts, memphis_stats(), collect through Arrow, each answer compared with memphis off; the
 #     memphis tab in a browser and in the History Server, whose servlet API differs per line)
-#     in a venv per line with its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12), and on
-#     the default line on Java 21;
+#     in a venv per line with its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12);
 #  4. the wheel, built from the source tree (Maven builds a jar it lacks), installed beside each
 #     line's pyspark and pyspark 3.4's.
 # Needs the default venv (PY); makes the line venvs, the Java runtimes and the jars it lacks.
@@ -23,7 +22,7 @@ PYTEST_WORKERS=${PYTEST_WORKERS:-2}
 PYTHON=${PYTHON:-python3}
 MVN="mvn -B -q -f jvm/pom.xml"
 # <line>_<scala> <oldest patch> <Javas for its ScalaTest> <Java for its Python scenarios, or - for none>
-MATRIX="4.3_2.13 4.3.0 21 17
+MATRIX="4.3_2.13 4.3.0 17 21
 4.1_2.13 4.1.0 21 17
 4.0_2.13 4.0.0 21 17
 3.5_2.13 3.5.0 17 -
@@ -103,12 +102,10 @@ while read -r build oldest _ python_java; do
   line=${build%_*}; venv=.venv-spark-$line; venvs+=("$venv")
   step "core Python scenarios on pyspark $oldest, Java $python_java"
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+  home=$([ "$python_java" = 21 ] && pyspark_java21_home || java_home "$python_java")
   # shellcheck disable=SC2086
-  JAVA_HOME=$(java_home "$python_java") "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile $LINE_TESTS
+  JAVA_HOME=$home "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile $LINE_TESTS
 done <<< "$MATRIX"
-step "core Python scenarios on the default line, Java 21"
-# shellcheck disable=SC2086
-JAVA_HOME=$(pyspark_java21_home) "$PY" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile $LINE_TESTS
 
 step "the wheel beside each line's pyspark"
 MEMPHIS_LINE_VENVS="${venvs[*]}" "$PY" -m pytest -q -p no:cacheprovider integration/lines/wheel_on_each_line.py

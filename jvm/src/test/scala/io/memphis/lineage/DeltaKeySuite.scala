@@ -67,21 +67,33 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   test("a pinned read whose files a VACUUM deleted has no key, and its held entry goes: it fails as in plain Spark") {
-    val at = dir.resolve("vacuumed").toString
     spark.conf.set(MemphisConf.CollectedMaxBytes.key, "0") // the Spark tier's entry, not kept rows
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     // VACUUM lists the table in as many tasks as this says (10,000 by default): most of the suite's time.
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")
     try {
-      spark.range(100).write.format("delta").save(at)
-      spark.range(7).write.format("delta").mode("overwrite").save(at) // version 1 replaces version 0's file
       val stats = LineageCache.forContext(spark.sparkContext).stats
-      def perBucket(version: Long): Seq[Long] =
+      def perBucket(at: String, version: Long): Seq[Long] =
         pinned(at, version).groupBy((col("id") % 3).as("b")).count().collect().map(_.getLong(1)).toSeq.sorted
-      val hits = stats.get(Counter.Hits)
-      val answers = (1 to 3).map(_ => perBucket(0))
-      assert(answers.distinct == Seq(Seq(33L, 33L, 34L)) && stats.get(Counter.Hits) == hits + 1,
-        "persisted at its 2nd occurrence, served at its 3rd")
+      // A table whose version 0 memphis holds: asked 3 times, persisted at the 2nd ask and served at the
+      // 3rd. The guard on slower queries judges by wall time: on a loaded machine it refused the entry
+      // (its 2nd ask took over 1.5 times the 1st plus a second) in about one full run of the 4.1 suites
+      // in two; the guard is not what this test is about, so a refused table is replaced by a new one.
+      def heldTable(attempt: Int): String = {
+        val at = dir.resolve(s"vacuumed-$attempt").toString
+        spark.range(100).write.format("delta").save(at)
+        spark.range(7).write.format("delta").mode("overwrite").save(at) // version 1 replaces version 0's file
+        val (hits, slower) = (stats.get(Counter.Hits), stats.get(Counter.RefusedSlower))
+        val answers = (1 to 3).map(_ => perBucket(at, 0))
+        assert(answers.distinct == Seq(Seq(33L, 33L, 34L)))
+        if (stats.get(Counter.RefusedSlower) > slower && attempt < 3) heldTable(attempt + 1)
+        else {
+          assert(stats.get(Counter.Hits) == hits + 1, "persisted at its 2nd occurrence, served at its 3rd " +
+            s"(counters: ${stats.snapshot.filter(_._2 > 0)})")
+          at
+        }
+      }
+      val at = heldTable(1)
       val letGo = stats.get(Counter.Invalidated) + stats.get(Counter.Evicted)
 
       spark.sql(s"VACUUM delta.`$at` RETAIN 0 HOURS")
@@ -93,10 +105,10 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
       val reason = LineageKey.of(SparkShimImpl.analyzedPlan(pinned(at, 0)), SessionKeyContext(spark)).left.toOption
       assert(reason.exists(_.contains("is gone")), s"no key after the VACUUM: $reason")
       assert(key(pinned(at, 1)).allSources.head.describe.contains("version 1, pinned"), "version 1's file is kept")
-      intercept[Exception](perBucket(0))
+      intercept[Exception](perBucket(at, 0))
       assert(stats.get(Counter.Invalidated) + stats.get(Counter.Evicted) == letGo + 1, "the entry of version 0 is let go")
       spark.conf.set("spark.memphis.enabled", "false")
-      try intercept[Exception](perBucket(0)) finally spark.conf.set("spark.memphis.enabled", "true")
+      try intercept[Exception](perBucket(at, 0)) finally spark.conf.set("spark.memphis.enabled", "true")
     } finally {
       spark.conf.unset(MemphisConf.CollectedMaxBytes.key)
       spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
