@@ -25,6 +25,10 @@ from harness import Workload
 # lineage by checkpoints from about the 10th iteration on (checkpoint.minHeight 40).
 ITERATIONS = 15
 CHECKPOINT_EVERY = 10
+# At the quick scale (below 0.1; benchmarks/run.py --quick, a check of the answers) the loop runs this many:
+# plain Spark's time grows with the square of the iterations (each collect runs every earlier step again),
+# and 15 took 2 of the quick run's 7 minutes in CI.
+QUICK_SCALE_ITERATIONS = 8
 
 
 def points_and_centroids(spark, n):
@@ -61,7 +65,8 @@ def iterate(points, centroids, iterations=ITERATIONS, cut=None, done=lambda i: N
 
 def loop(spark, inputs, **how):
     """The workload's loop on a few points: 4 shuffle partitions, as a user sets for small data
-    (every mode alike; the session's setting is restored after). ``how``: iterate's cut options."""
+    (every mode alike; the session's setting is restored after). ``inputs``: prepare's; ``how``:
+    iterate's cut options."""
     partitions = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "4")
     try:
@@ -77,17 +82,19 @@ def height(plan):
 
 
 def prepare(spark, scale):
+    """The points, the starting centroids and the number of iterations (fewer at the quick scale)."""
     points, centroids = points_and_centroids(spark, int(1000 * scale))
     # Coordinates on a grid of 1/1024: their sums are exact in any order, so every mode's centroids
     # are equal to the last bit (an average of doubles is not, across partitionings).
     grid = [(F.round(F.col(c) * 1024) / 1024).alias(c) for c in ("x", "y")]
-    return points.select("pid", *grid), centroids
+    return points.select("pid", *grid), centroids, ITERATIONS if scale >= 0.1 else QUICK_SCALE_ITERATIONS
 
 
 def workload(directory):
     return Workload(
         name="kmeans",
-        description=f"a k-means-style loop of {ITERATIONS} iterations carrying its centroids DataFrame",
+        description=f"a k-means-style loop of {ITERATIONS} iterations ({QUICK_SCALE_ITERATIONS} below scale 0.1) "
+                    "carrying its centroids DataFrame",
         prepare=prepare,
         run=loop,
         expert=lambda spark, inputs: loop(spark, inputs, cut=lambda df: df.localCheckpoint(), cut_every=1),
