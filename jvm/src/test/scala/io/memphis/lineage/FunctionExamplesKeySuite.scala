@@ -23,11 +23,14 @@ import org.scalatest.funsuite.AnyFunSuite
  */
 class FunctionExamplesKeySuite extends AnyFunSuite with BeforeAndAfterAll {
   // Interpreted, not generated code: each of the thousand examples would compile its own classes (the suite
-  // alone took 109 s so, 95 s interpreted); keys come from the analyzed plan and answers repeat either way.
+  // alone took 109 s so, 95 s interpreted); and without adaptive execution, whose re-planning at each stage
+  // was most of what the examples that run a job spent (126 s with it, 108 s without, on a busier day). Keys
+  // come from the analyzed plan, and answers repeat either way.
   private lazy val spark: SparkSession = SparkSession.builder().master("local[2]").appName("function-examples")
     .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
     .config("spark.sql.shuffle.partitions", "2")
     .config("spark.sql.codegen.wholeStage", "false").config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+    .config("spark.sql.adaptive.enabled", "false")
     .getOrCreate()
 
   override def afterAll(): Unit = spark.stop()
