@@ -79,6 +79,7 @@ TPCH = Corpus("TPC-H", "tpch", "dbgen",
 PASSES = (("first", "off", "on"), ("again", "again_off", "rerun"), ("edited", "edited_off", "edited"))
 PHASES = tuple(phase for _, plain, on in PASSES for phase in (plain, on))
 PLAIN_OF = {on: plain for _, plain, on in PASSES}
+MEMPHIS_OF = {plain: on for on, plain in PLAIN_OF.items()}
 MEMPHIS_PHASES = tuple(PLAIN_OF)
 # Where memphis holds data: (held key, budget key) of memphis.stats. A key the running jar does not
 # report leaves the place unchecked.
@@ -389,8 +390,9 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
     """Generates (or reuses) the corpus' data (under ``root``, by default the corpus' build/<tag>),
     starts memphis' session in this process (with ``confs``, a dict of further Spark or memphis settings)
     and runs the three passes (``PASSES``), after a warm-up pass (memphis on, its answers unused) if ``warmup``.
-    With ``plain_once`` plain Spark does not ask a query again as it was (a pass fewer, for tests): the
-    re-run is compared with the first pass's plain run.
+    With ``plain_once`` plain Spark does not ask a query again as it was (for tests: the second pass, and
+    the edited pass's queries that the edit leaves as they were): memphis' runs of them are compared with
+    the first pass's plain run.
 
     Must be the first Spark session of the process: ``spark.driver.memory`` applies only to a JVM
     that starts now. Returns the report (see the module's doc); never raises for a query's failure.
@@ -467,6 +469,8 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
                 continue
             pass_started = time.perf_counter()
             for number, text in texts.items():
+                if plain_skips(report, number, phase):
+                    continue
                 if deadline is not None and time.perf_counter() > deadline:
                     report["stopped"] = f"the deadline of {deadline_s:g} s passed before Q{number} ({phase})"
                     return
@@ -555,7 +559,7 @@ def compare_answers(report, session, corpus=TPCH):
     plain = {(r["query"], r["phase"]): r.get("answer") for r in runs if r["phase"] in PLAIN_OF.values() and r["ok"]}
     for r in runs:
         if r["phase"] in PLAIN_OF and r["ok"]:
-            expected = plain.get((r["query"], plain_phase(report, r["phase"])))
+            expected = plain.get((r["query"], plain_phase(report, r["phase"], r["query"])))
             r["mismatch"] = (difference(expected, r["answer"]) if expected is not None
                              else "no plain answer to compare with")
             if r["mismatch"]:
@@ -600,13 +604,15 @@ def progress_line(record, corpus=TPCH) -> str:
     return f"{head}  {record['rows']} rows"
 
 
-def plain_phase(report, phase: str) -> str:
-    """The plain phase a memphis phase's runs compare with (see ``plain_once``)."""
-    return "off" if phase == "rerun" and report.get("plain_once") else PLAIN_OF[phase]
+def plain_phase(report, phase: str, query: int) -> str:
+    """The plain phase a memphis phase's run of ``query`` compares with (see ``plain_once``)."""
+    as_it_was = phase == "rerun" or (phase == "edited" and query not in report["edited"])
+    return "off" if as_it_was and report.get("plain_once") else PLAIN_OF[phase]
 
 
-def phases_run(report) -> tuple:
-    return tuple(p for p in PHASES if not (p == "again_off" and report.get("plain_once")))
+def plain_skips(report, query: int, phase: str) -> bool:
+    """Whether plain Spark does not ask ``query`` in ``phase`` (with ``plain_once``, a query as it was asked)."""
+    return phase in MEMPHIS_OF and plain_phase(report, MEMPHIS_OF[phase], query) != phase
 
 
 def slow_runs(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLACK_S) -> list:
@@ -621,7 +627,7 @@ def with_plain(report) -> list:
              if r["phase"] in PLAIN_OF.values() and r["ok"]}
 
     def key(r):
-        return r.get("session"), r["query"], plain_phase(report, r["phase"])
+        return r.get("session"), r["query"], plain_phase(report, r["phase"], r["query"])
     return [(r, plain[key(r)]) for r in report["runs"] if r["phase"] in PLAIN_OF and r["ok"] and key(r) in plain]
 
 
@@ -666,7 +672,8 @@ def problems(report, corpus=TPCH) -> list:
         elif r.get("mismatch"):
             found.append(f"Q{r['query']} ({r['phase']}) answered differently from memphis off: {r['mismatch']}")
     answered = {(r["query"], r["phase"]) for r in report["runs"]}
-    missing = {p: [f"Q{n}" for n in corpus.numbers if (n, p) not in answered] for p in phases_run(report)}
+    missing = {p: [f"Q{n}" for n in corpus.numbers if (n, p) not in answered and not plain_skips(report, n, p)]
+               for p in PHASES}
     if any(missing.values()):
         found.append("not run: " + "; ".join(f"{p}: {'all' if len(queries) == corpus.count else ', '.join(queries)}"
                                              for p, queries in missing.items() if queries))
@@ -719,7 +726,7 @@ def summary_table(report, factor: float = SLOW_FACTOR, slack_s: float = SLOW_SLA
         return f"{r['seconds']:.2f}{mark}"
 
     def ratio(query, phase):
-        r, plain = by.get((query, phase)), by.get((query, plain_phase(report, phase)))
+        r, plain = by.get((query, phase)), by.get((query, plain_phase(report, phase, query)))
         ok = r and plain and r["ok"] and plain["ok"] and plain["seconds"] > 0
         return f"{r['seconds'] / plain['seconds']:.2f}" if ok else ""
 

@@ -1,5 +1,6 @@
 """Lineage keys seen from Python: equal keys for equal results, none for what cannot repeat."""
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
@@ -83,7 +84,8 @@ def test_keys_are_equal_across_jvms(spark, tmp_path):
     path = str(tmp_path / "shared")
     spark.range(1000).write.parquet(path)
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
-    first, second = run_python(KEY_APP, path, env=env), run_python(KEY_APP, path, env=env)
+    with ThreadPoolExecutor(2) as pool:  # two JVMs at once: each start is mostly one core's work
+        first, second = pool.map(lambda _: run_python(KEY_APP, path, env=env), range(2))
     here = memphis.lineage_key(spark.read.parquet(path).where("id > 7").groupBy((F.col("id") % 3).alias("g")).count())
     assert first == second == here and here is not None
 
