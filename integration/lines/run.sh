@@ -2,9 +2,10 @@
 # `make test-lines`: every Spark line memphis builds for besides the default one, at both ends of
 # its patch releases (internal APIs change in patch releases too), and Java 11 and 21:
 #  1. each other jar's ScalaTest suites against the release it is built for (the line's newest
-#     patch): 3.5 with Scala 2.12 on Java 11, 3.5 with 2.13 and 4.3 on Java 17, 4.0 and 4.1 on
-#     Java 21 (the other Java runs their Python scenarios below: each Spark 4 line but the default
-#     meets both Javas; the default line runs on 17 in `make test`);
+#     patch): 3.5 with Scala 2.12 on Java 11, 4.3 on Java 17, 4.0 and 4.1 on Java 21 (the other Java
+#     runs their Python scenarios below: each Spark 4 line but the default meets both Javas; the
+#     default line runs on 17 in `make test`). 3.5 with Scala 2.13 is built with its tests compiled,
+#     at both ends: its suites run on 3.5 with 2.12 and on the Spark 4 lines' 2.13 builds (CI's time);
 #  2. the code, tests included, compiled against each line's oldest patch (where it is not the one
 #     the line is built for: 4.3.0 is 4.3's only release);
 #  3. the core scenarios from Python (reuse with fewer jobs, invalidation, loop checkpoints,
@@ -21,11 +22,11 @@ PY=${PY:-.venv/bin/python}
 PYTEST_WORKERS=${PYTEST_WORKERS:-2}
 PYTHON=${PYTHON:-python3}
 MVN="mvn -B -q -f jvm/pom.xml"
-# <line>_<scala> <oldest patch> <Javas for its ScalaTest> <Java for its Python scenarios, or - for none>
+# <line>_<scala> <oldest patch> <Javas for its ScalaTest> <Java for its Python scenarios>; - for none
 MATRIX="4.3_2.13 4.3.0 17 21
 4.1_2.13 4.1.0 21 17
 4.0_2.13 4.0.0 21 17
-3.5_2.13 3.5.0 17 -
+3.5_2.13 3.5.0 - -
 3.5_2.12 3.5.0 11 11"
 # The Python packages a line venv takes from requirements-dev.txt, besides its own pyspark.
 LINE_DEPS='pyarrow|pandas|numpy|tqdm|xxhash|pytest|pytest-xdist|execnet|hypothesis|setuptools'
@@ -81,8 +82,13 @@ venvs_made=$!
 
 while read -r build oldest scalatest_javas python_java; do
   first=${scalatest_javas%%,*}
-  step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $first"
-  make -s "jar-$build" JAR_FLAGS="-Djvm=$(java_home "$first")/bin/java"
+  if [ "$first" = - ]; then
+    step "the jar for Spark ${build%_*}, Scala ${build#*_}, its tests compiled"
+    make -s "jar-$build"
+  else
+    step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $first"
+    make -s "jar-$build" JAR_FLAGS="-Djvm=$(java_home "$first")/bin/java"
+  fi
   for java in $(echo "${scalatest_javas#"$first"}" | tr , ' '); do
     step "ScalaTest on the jar for Spark ${build%_*}, Scala ${build#*_}, Java $java"
     $MVN -P "$(profiles "$build")" test -Djvm="$(java_home "$java")/bin/java"
