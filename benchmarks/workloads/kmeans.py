@@ -27,7 +27,7 @@ ITERATIONS = 15
 CHECKPOINT_EVERY = 10
 # At the quick scale (below 0.1; benchmarks/run.py --quick, a check of the answers) the loop runs this many:
 # plain Spark's time grows with the square of the iterations (each collect runs every earlier step again),
-# and 15 took 2 of the quick run's 7 minutes in CI.
+# and 15 took 121 s of the quick run's 438 s in a full pytest run here.
 QUICK_SCALE_ITERATIONS = 8
 
 

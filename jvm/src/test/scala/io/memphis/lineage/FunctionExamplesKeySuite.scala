@@ -23,9 +23,9 @@ import org.scalatest.funsuite.AnyFunSuite
  */
 class FunctionExamplesKeySuite extends AnyFunSuite with BeforeAndAfterAll {
   // Interpreted, not generated code: each of the thousand examples would compile its own classes (the suite
-  // alone took 109 s so, 95 s interpreted); and without adaptive execution, whose re-planning at each stage
-  // was most of what the examples that run a job spent (126 s with it, 108 s without, on a busier day). Keys
-  // come from the analyzed plan, and answers repeat either way.
+  // alone took 109 s so, 95 s interpreted); and without adaptive execution, whose stage-by-stage planning
+  // the examples that run a job waited on (alone, another day: 126 s with it, 108 s without). Keys come
+  // from the analyzed plan, and answers repeat either way.
   private lazy val spark: SparkSession = SparkSession.builder().master("local[2]").appName("function-examples")
     .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
     .config("spark.sql.shuffle.partitions", "2")
