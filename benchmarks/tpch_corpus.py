@@ -390,9 +390,9 @@ def run_corpus(sf=0.1, driver_memory="1g", shuffle_partitions=4, master="local[2
     """Generates (or reuses) the corpus' data (under ``root``, by default the corpus' build/<tag>),
     starts memphis' session in this process (with ``confs``, a dict of further Spark or memphis settings)
     and runs the three passes (``PASSES``), after a warm-up pass (memphis on, its answers unused) if ``warmup``.
-    With ``plain_once`` plain Spark does not ask a query again as it was (for tests: the second pass, and
-    the edited pass's queries that the edit leaves as they were): memphis' runs of them are compared with
-    the first pass's plain run.
+    With ``plain_once`` plain Spark does not ask a query again as it was (the second pass, and the edited
+    pass's queries that the edit leaves as they were; as the tests run it): memphis' runs of them are
+    compared with the first pass's plain run.
 
     Must be the first Spark session of the process: ``spark.driver.memory`` applies only to a JVM
     that starts now. Returns the report (see the module's doc); never raises for a query's failure.
@@ -789,8 +789,9 @@ def main(argv=None, corpus=TPCH, description=__doc__, sf=0.1) -> int:
                         help="run the queries once more first, memphis on and untimed (its holdings let go "
                              "after), so that no pass pays for the JIT's warm-up of Spark's code or memphis'")
     parser.add_argument("--plain-once", action="store_true",
-                        help="plain Spark asks no query again as it was: the re-run is compared with the first "
-                             "pass's plain run (a pass fewer, as the tests run it)")
+                        help="plain Spark asks no query again as it was: the re-run, and the edited pass's "
+                             "queries the edit leaves as they were, are compared with the first pass's plain run "
+                             "(as the tests run it)")
     parser.add_argument("--sessions", type=int, default=1,
                         help="sessions to run, alternating whether plain Spark's passes or memphis' come first "
                              "(the ratios' intervals are over sessions)")
