@@ -47,7 +47,7 @@ final class MemoryAccounts(cache: LineageCache, conf: SQLConf) {
 
   lazy val collectedHeld: Long = cache.collected.heldBytes
 
-  lazy val driverHeapHeld: Long = cache.broadcasts.heldBytes + collectedHeld + cache.structureBytes
+  lazy val driverHeapHeld: Long = cache.driverHeapHeld
 
   lazy val driverHeapBudget: Long = (HeapPressure.maxBytes * MemphisConf.DriverHeapFraction.get(conf)).toLong
 

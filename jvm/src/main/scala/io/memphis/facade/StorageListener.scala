@@ -50,11 +50,14 @@ final class StorageListener(cache: LineageCache) extends SparkListener {
       cache.events.readerEnded(end.executionId)
       cache.events.executionEnded(end.executionId, end.time, PhysicalPlans.executionFailed(end))
       // Broadcasts register within the driver heap's budget now (results kept since the query was
-      // planned count too), and then kept results and broadcasts fit it together.
+      // planned count too), the query's pending observation is counted, and then kept results and
+      // broadcasts fit the budget together.
       val conf = PhysicalPlans.sessionOf(end).map(SparkShimImpl.sqlConf)
-      cache.broadcasts.executionEnded(end, conf.map(cache.budgets(_).joinBroadcastBudget), cache.pressure.heapCrowded)
-      conf.foreach(cache.fitDriverHeap)
-      PhysicalPlans.normalizedPlan(end).foreach(cache.executed)
+      val normalized = PhysicalPlans.normalizedPlan(end)
+      cache.growingDriverHeap(conf) {
+        cache.broadcasts.executionEnded(end, conf.map(cache.budgets(_).joinBroadcastBudget), cache.pressure.heapCrowded)
+        normalized.foreach(cache.executed)
+      }
       // The memphis tab's counters and entries as they are after this execution (see MemphisEvents).
       StatsRows.postState(cache, conf.getOrElse(SQLConf.get), end.executionId)
     case other => ConnectSessions.closedSession(other).foreach { case (user, session) => cache.releases.connectSessionClosed(user, session) }
