@@ -75,25 +75,15 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
       val stats = LineageCache.forContext(spark.sparkContext).stats
       def perBucket(at: String, version: Long): Seq[Long] =
         pinned(at, version).groupBy((col("id") % 3).as("b")).count().collect().map(_.getLong(1)).toSeq.sorted
-      // A table whose version 0 memphis holds: asked 3 times, persisted at the 2nd ask and served at the
-      // 3rd. The guard on slower queries judges by wall time: on a loaded machine it refused the entry
-      // (its 2nd ask took over 1.5 times the 1st plus a second) in about one full run of the 4.1 suites
-      // in two; the guard is not what this test is about, so a refused table is replaced by a new one.
-      def heldTable(attempt: Int): String = {
-        val at = dir.resolve(s"vacuumed-$attempt").toString
-        spark.range(100).write.format("delta").save(at)
-        spark.range(7).write.format("delta").mode("overwrite").save(at) // version 1 replaces version 0's file
-        val (hits, slower) = (stats.get(Counter.Hits), stats.get(Counter.RefusedSlower))
-        val answers = (1 to 3).map(_ => perBucket(at, 0))
-        assert(answers.distinct == Seq(Seq(33L, 33L, 34L)))
-        if (stats.get(Counter.RefusedSlower) > slower && attempt < 3) heldTable(attempt + 1)
-        else {
-          assert(stats.get(Counter.Hits) == hits + 1, "persisted at its 2nd occurrence, served at its 3rd " +
-            s"(counters: ${stats.snapshot.filter(_._2 > 0)})")
-          at
-        }
-      }
-      val at = heldTable(1)
+      // A table whose version 0 memphis holds: asked 3 times, persisted at the 2nd ask and served at the 3rd.
+      val at = dir.resolve("vacuumed").toString
+      spark.range(100).write.format("delta").save(at)
+      spark.range(7).write.format("delta").mode("overwrite").save(at) // version 1 replaces version 0's file
+      val hits = stats.get(Counter.Hits)
+      val answers = (1 to 3).map(_ => perBucket(at, 0))
+      assert(answers.distinct == Seq(Seq(33L, 33L, 34L)))
+      assert(stats.get(Counter.Hits) == hits + 1, "persisted at its 2nd occurrence, served at its 3rd " +
+        s"(counters: ${stats.snapshot.filter(_._2 > 0)})")
       val letGo = stats.get(Counter.Invalidated) + stats.get(Counter.Evicted)
 
       spark.sql(s"VACUUM delta.`$at` RETAIN 0 HOURS")
