@@ -8,8 +8,8 @@ import io.memphis.conf.CacheStats.Counter
  * The guard on queries memphis made slower: per query (consumer), how long it takes when memphis
  * serves and persists nothing for it, and, when it only reads entries, whether it took much
  * longer; those entries are then let go and refused. An execution that fills an entry is not
- * judged: the fill is paid once, and its time includes planning the cached subplan (Delta rebuilds
- * a pinned version's snapshot there), which the plain time does not. Runs under the table's lock.
+ * judged: the fill is paid once, and its clock also covers admitting and persisting the subplan
+ * (where Delta rebuilds a pinned version's snapshot). Runs under the table's lock.
  */
 final class SlowerQueries(eviction: Eviction, stats: CacheStats) {
   /**
