@@ -111,9 +111,8 @@ final class LineageCache private (val sparkContext: SparkContext) {
 
   /** Keeps the rows of `key`'s subplan another process collected (read from the durable tier) as [[keepCollected]] does. */
   def adoptCollected(id: String, key: LineageKey, types: Seq[DataType], rows: IndexedSeq[InternalRow], costMs: Long,
-      conf: SQLConf): KeptResult = {
+      conf: SQLConf): KeptResult =
     growingDriverHeap(Some(conf))(collected.adopt(id, key, types, rows, costMs, budgets(conf).collectedResultsBudget))
-  }
 
   /** Bytes the first occurrences' kept shuffles take on local disk. */
   def retainedShuffleBytes: Long = table.retainedShuffleBytes

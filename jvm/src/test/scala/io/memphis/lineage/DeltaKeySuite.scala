@@ -67,23 +67,21 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   test("a pinned read whose files a VACUUM deleted has no key, and its held entry goes: it fails as in plain Spark") {
+    val at = dir.resolve("vacuumed").toString
     spark.conf.set(MemphisConf.CollectedMaxBytes.key, "0") // the Spark tier's entry, not kept rows
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     // VACUUM lists the table in as many tasks as this says (10,000 by default): most of the suite's time.
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")
     try {
-      val stats = LineageCache.forContext(spark.sparkContext).stats
-      def perBucket(at: String, version: Long): Seq[Long] =
-        pinned(at, version).groupBy((col("id") % 3).as("b")).count().collect().map(_.getLong(1)).toSeq.sorted
-      // A table whose version 0 memphis holds: asked 3 times, persisted at the 2nd ask and served at the 3rd.
-      val at = dir.resolve("vacuumed").toString
       spark.range(100).write.format("delta").save(at)
       spark.range(7).write.format("delta").mode("overwrite").save(at) // version 1 replaces version 0's file
+      val stats = LineageCache.forContext(spark.sparkContext).stats
+      def perBucket(version: Long): Seq[Long] =
+        pinned(at, version).groupBy((col("id") % 3).as("b")).count().collect().map(_.getLong(1)).toSeq.sorted
       val hits = stats.get(Counter.Hits)
-      val answers = (1 to 3).map(_ => perBucket(at, 0))
-      assert(answers.distinct == Seq(Seq(33L, 33L, 34L)))
-      assert(stats.get(Counter.Hits) == hits + 1, "persisted at its 2nd occurrence, served at its 3rd " +
-        s"(counters: ${stats.snapshot.filter(_._2 > 0)})")
+      val answers = (1 to 3).map(_ => perBucket(0))
+      assert(answers.distinct == Seq(Seq(33L, 33L, 34L)) && stats.get(Counter.Hits) == hits + 1,
+        s"persisted at its 2nd occurrence, served at its 3rd (counters: ${stats.snapshot.filter(_._2 > 0)})")
       val letGo = stats.get(Counter.Invalidated) + stats.get(Counter.Evicted)
 
       spark.sql(s"VACUUM delta.`$at` RETAIN 0 HOURS")
@@ -95,10 +93,10 @@ class DeltaKeySuite extends AnyFunSuite with BeforeAndAfterAll {
       val reason = LineageKey.of(SparkShimImpl.analyzedPlan(pinned(at, 0)), SessionKeyContext(spark)).left.toOption
       assert(reason.exists(_.contains("is gone")), s"no key after the VACUUM: $reason")
       assert(key(pinned(at, 1)).allSources.head.describe.contains("version 1, pinned"), "version 1's file is kept")
-      intercept[Exception](perBucket(at, 0))
+      intercept[Exception](perBucket(0))
       assert(stats.get(Counter.Invalidated) + stats.get(Counter.Evicted) == letGo + 1, "the entry of version 0 is let go")
       spark.conf.set("spark.memphis.enabled", "false")
-      try intercept[Exception](perBucket(at, 0)) finally spark.conf.set("spark.memphis.enabled", "true")
+      try intercept[Exception](perBucket(0)) finally spark.conf.set("spark.memphis.enabled", "true")
     } finally {
       spark.conf.unset(MemphisConf.CollectedMaxBytes.key)
       spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
