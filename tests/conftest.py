@@ -23,11 +23,16 @@ import memphis  # noqa: E402  (after the environment above: tiers read it when f
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
 sys.path.insert(0, BENCHMARKS)
 
-# The longest test files (seconds in CI's --durations), started first: `make test` hands whole files
-# to its workers (--dist loadfile) in collection order, and one begun last would keep its worker busy
-# long after the other ran out of files.
+# The longest test files, longest first (their seconds in a full run's --durations, 2026-12-07), started
+# first: `make test` hands whole files to its workers (--dist loadfile) in collection order, and one begun
+# last would keep its worker busy long after the other ran out of files. The line scenarios
+# (integration/lines/run.sh) run some of them too, and so start with theirs.
 LONGEST_FIRST = ("test_tpcds_corpus.py", "test_staleness_corpus.py", "test_bench_restart.py", "test_bench.py",
-                 "test_tpch_corpus.py", "test_durable_storage.py")
+                 "test_tpch_corpus.py", "test_durable_storage.py", "test_bench_spark_scripts.py",
+                 "test_loop_speculation.py", "test_durable_spark.py", "test_staleness.py", "test_bench_ml.py",
+                 "test_connect.py", "test_memory_accounts.py", "test_delta.py", "test_durable_collected.py",
+                 "test_demo.py", "test_checkpoint.py", "test_key_property.py", "test_broadcast_join_reuse.py",
+                 "test_collected_results.py", "test_reuse.py")
 
 
 def pytest_collection_modifyitems(config, items):
