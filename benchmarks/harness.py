@@ -34,6 +34,9 @@ from rigor import (DEFAULT_REPEATS, median_interval, provenance, ratio_interval,
 # hand-placed cache() keeps spark.sql.shuffle.partitions (200) partitions, and each read of it runs
 # 200 tasks where plain Spark's adaptive execution runs a few.
 SESSION_TUNING = {"spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true"}
+# The scripts' --quick runs (a check of the answers at a tiny scale, not a timing): small data, so few shuffle
+# partitions, as a user sets for it (Spark's 200 took most of the restart benchmark's quick time).
+QUICK_CONFS = {"spark.sql.shuffle.partitions": "4"}
 
 MODES = {
     "plain": {"spark.memphis.enabled": "false"},

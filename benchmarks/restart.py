@@ -35,8 +35,9 @@ at most 1.1), and the bytes the durable tier wrote against the bytes of the inpu
 processes of every run must answer as the first run did, or the script fails (rigor.run_checked).
 A run is two processes (about 10 s each to start), so the default is 3 runs per mode in rigor's
 balanced order (13 pairs after the warm-up; about 15 minutes on 2 cores) rather than rigor's 10.
---quick: scale 0.05, every mode once: a check of the answers, not a timing; plain and memory, whose
-rerun finds nothing the first process left, run their first process only (its figures stand for both).
+--quick: scale 0.05, 4 shuffle partitions, every mode once: a check of the answers, not a timing; plain
+and memory, whose rerun finds nothing the first process left, run their first process only (its
+figures stand for both).
 """
 import argparse
 import json
@@ -46,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import SESSION_TUNING
+from harness import QUICK_CONFS, SESSION_TUNING
 from rigor import (provenance, provenance_line, ratio_interval, ratio_text, run_checked, runs_text, seconds_summary,
                    write_results)
 
@@ -182,10 +183,11 @@ def process(mode, confs, tables, scale, expert_dir, workload="tpch_session"):
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def confs_of(mode, durable_dir, driver_memory="2g"):
-    """The session settings of ``mode``: memphis on or off, the durable tier in ``durable_dir`` or off."""
+def confs_of(mode, durable_dir, driver_memory="2g", quick=False):
+    """The session settings of ``mode``: memphis on or off, the durable tier in ``durable_dir`` or off
+    (``quick``: with the quick runs' few shuffle partitions)."""
     return {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.host": "127.0.0.1",
-            "spark.driver.memory": driver_memory, **SESSION_TUNING,
+            "spark.driver.memory": driver_memory, **SESSION_TUNING, **(QUICK_CONFS if quick else {}),
             "spark.memphis.enabled": str(mode in ("memory", "durable")).lower(),
             "spark.memphis.durable.dir": durable_dir if mode == "durable" else "none"}
 
@@ -198,7 +200,7 @@ def run_pair(mode, tables, scale, scratch, driver_memory="2g", workload="tpch_se
     for folder in (durable_dir, expert_dir):
         shutil.rmtree(folder, ignore_errors=True)
     def run():
-        return process(mode, confs_of(mode, durable_dir, driver_memory), tables, scale, expert_dir, workload)
+        return process(mode, confs_of(mode, durable_dir, driver_memory, quick), tables, scale, expert_dir, workload)
 
     first = run()
     rerun = run() if mode in CARRIED or not quick else dict(first)
@@ -228,11 +230,11 @@ def main(argv=None):
     code = provenance()  # the code that runs, before it runs
     with tempfile.TemporaryDirectory(prefix="memphis-restart-") as scratch:
         tables = os.path.join(scratch, "tables")
-        process("prepare", confs_of("plain", "none"), tables, scale, "", args.workload)
+        process("prepare", confs_of("plain", "none", quick=args.quick), tables, scale, "", args.workload)
         samples = run_checked(MODES, lambda mode, i: run_pair(mode, tables, scale, scratch, args.driver_memory,
                                                               args.workload, args.quick),
                               repeats=args.repeats, quick=args.quick, desc="restart")
-        floor = [process("floor", confs_of("plain", "none"), tables, scale, "", args.workload)
+        floor = [process("floor", confs_of("plain", "none", quick=args.quick), tables, scale, "", args.workload)
                  for _ in range(1 if args.quick else args.repeats)]
         read = input_bytes(tables)
     report = {"benchmark": "restart", "workload": args.workload, "scale": scale, "quick": args.quick,

@@ -38,13 +38,12 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import (add_conf_option, confs_of, environment, markdown_table,  # noqa: E402
+from harness import (QUICK_CONFS, add_conf_option, confs_of, environment, markdown_table,  # noqa: E402
                      plot_speedups, run_workload, scaling_table, session)
 from rigor import DEFAULT_REPEATS, AnswerMismatch, provenance, provenance_line, ratio_text, seconds_text  # noqa: E402
 from workloads import ALL  # noqa: E402
 
 QUICK_SCALE = 0.05
-QUICK_CONFS = {"spark.sql.shuffle.partitions": "4"}  # small data: a user sets few partitions
 PRESSURE_SHARE = 1 / 3  # the storage cap under --pressure, as a share of memphis's unconstrained holding
 # The modes --pressure --quick runs: the cap is memphis's, so only its answer can change; plain's is the reference.
 PRESSURE_QUICK_MODES = ("plain", "memphis")
