@@ -23,12 +23,12 @@ Paths: (a) a DataFrame built before the change and kept, (b) a DataFrame built a
 ask), (c) SQL text, (t) for Delta a read of the version before the change (``versionAsOf``), (d) a new process
 through the durable tier (process 1 asks and files its results, the change happens, process 2 asks).
 
-Each query is asked 3 times per path after each change with memphis on; plain Spark, which keeps nothing of a
-deterministic query's answer between its asks, asks it once and its answer is compared with each of memphis'
-(its non-deterministic queries it asks 3 times, as memphis does: there the asks differ). Changes are applied in
-a chain per source, so the asks after one change are the asks before the next: the unchanged query is asked repeatedly before every change,
-and memphis must have served something (``hits``, ``results_reused`` or ``durable_hits`` moved) there, so
-that a pass cannot be one where nothing was reused.
+Each query is asked 3 times per path after each change with memphis on; plain Spark, whose asks of a
+deterministic query agree with each other, asks it once, and its answer is compared with each of memphis' (its
+non-deterministic queries it asks 3 times, as memphis does: there the asks differ). Changes are applied in a
+chain per source, so the asks after one change are the asks before the next: the unchanged query is asked
+repeatedly before every change, and memphis must have served something (``hits``, ``results_reused`` or
+``durable_hits`` moved) there, so that a pass cannot be one where nothing was reused.
 """
 import glob
 import json
@@ -436,7 +436,8 @@ def delta_chain():
 
 # ------------------------------------------------------------------------------------------------------
 # Non-deterministic expressions: (a) one DataFrame (spark.sql) asked NONDETERMINISTIC_ASKS times, (b) a new
-# DataFrame (the DataFrame API) at every ask, (c) the SQL text at every ask. Their answers are summarized, not compared.
+# DataFrame (the DataFrame API) at every ask, (c) the SQL text at every ask. Their answers are summarized, not
+# compared.
 
 def nondeterministic():
     folder = parquet_folder("nondeterministic")
