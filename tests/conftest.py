@@ -95,9 +95,11 @@ def spark_tier(fresh):
     return fresh
 
 
-@pytest.fixture(params=["true", "false"], ids=["adaptive", "not-adaptive"])
+@pytest.fixture(params=["true", pytest.param("false", marks=pytest.mark.default_line_only)],
+                ids=["adaptive", "not-adaptive"])
 def adaptive(fresh, request):
-    """The fresh session with adaptive execution on, then off."""
+    """The fresh session with adaptive execution on, then off (Spark's default, on, on every line; off on the
+    default line only, integration/lines/run.sh)."""
     fresh.conf.set("spark.sql.adaptive.enabled", request.param)
     yield fresh
     fresh.conf.unset("spark.sql.adaptive.enabled")

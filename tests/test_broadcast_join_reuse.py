@@ -3,6 +3,7 @@ import glob
 import os
 import shutil
 
+import pytest
 from pyspark.sql import functions as F
 
 import memphis
@@ -152,6 +153,7 @@ def test_turning_memphis_off_releases_the_broadcasts(fresh, tmp_path):
     assert memphis.stats(spark)["bytes_held_join_broadcasts"] == 0
 
 
+@pytest.mark.default_line_only
 def test_a_kept_result_takes_the_room_of_a_broadcast_worth_less_per_byte(fresh, tmp_path):
     """Kept results and join broadcasts share the driver heap's budget: a query's rows (KiB standing for its
     time) displace a broadcast (its hash relation, far larger) when both do not fit, not the other way round."""

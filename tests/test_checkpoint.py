@@ -134,6 +134,7 @@ print(json.dumps({"on": on, "off": off, "written": len(written), "left": left, "
 """
 
 
+@pytest.mark.default_line_only  # every line cuts the loop above; the files of checkpoint.dir are memphis' own
 def test_reliable_checkpoints_are_written_under_the_dir_and_deleted_when_released(tmp_path):
     folder = str(tmp_path / "checkpoints")
     result = run_python(RELIABLE_APP, json.dumps({**TEST_CONFS, **NO_KEPT_RESULTS}), BENCHMARKS, folder)

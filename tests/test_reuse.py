@@ -196,7 +196,9 @@ def held_keys(spark):
     return {k for k, e in entry_states(spark).items() if e["state"] == "materialized"}
 
 
-@pytest.mark.parametrize("policy, kept", [("costnsize", expensive), ("lru", cheap)])
+# The default policy on every Spark line; the other on the default line only (integration/lines/run.sh).
+@pytest.mark.parametrize("policy, kept", [("costnsize", expensive),
+                                          pytest.param("lru", cheap, marks=pytest.mark.default_line_only)])
 def test_the_budget_holds_and_the_policy_picks_what_goes(fresh, policy, kept):
     spark = fresh
     spark.conf.set("spark.memphis.reuse.minOccurrences", "1")
@@ -239,6 +241,7 @@ def test_an_entry_larger_than_the_budget_is_never_persisted_again(fresh):
         spark.conf.unset("spark.memphis.storage.maxBytes")
 
 
+@pytest.mark.default_line_only
 def test_concurrent_queries_answer_right_and_persist_each_entry_once(fresh, tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -279,6 +282,7 @@ def test_an_evicted_entry_is_persisted_again_when_it_returns(spark_tier):
     assert entry["state"] in ("to-persist", "materialized") and entry["misses"] == 1
 
 
+@pytest.mark.default_line_only
 def test_an_entry_read_by_a_running_query_is_not_evicted_under_it(fresh):
     spark = fresh
     spark.conf.set("spark.memphis.reuse.minOccurrences", "1")

@@ -4,14 +4,17 @@
 #  1. each other jar's ScalaTest suites against the release it is built for (the line's newest
 #     patch): 3.5 with Scala 2.12 on Java 11, 4.3 on Java 17, 4.0 and 4.1 on Java 21 (the other Java
 #     runs their Python scenarios below: each Spark 4 line but the default meets both Javas; the
-#     default line runs on 17 in `make test`). 3.5 with Scala 2.13 is built with its tests compiled,
-#     at both ends: its suites run on 3.5 with 2.12 and on the Spark 4 lines' 2.13 builds (CI's time);
+#     default line runs on 17 in `make test`). 3.5 with Scala 2.13 is built with its tests compiled:
+#     its suites run on 3.5 with 2.12 and on the Spark 4 lines' 2.13 builds (CI's time);
 #  2. the code, tests included, compiled against each line's oldest patch (where it is not the one
-#     the line is built for: 4.3.0 is 4.3's only release);
+#     the line is built for: 4.3.0 is 4.3's only release), 3.5's with Scala 2.12 only: Spark 3.5.0's
+#     API is the same for both Scalas, and the 2.13 build's Scala is compiled above;
 #  3. the core scenarios from Python (reuse with fewer jobs, invalidation, loop checkpoints,
 #     broadcasts, memphis_stats(), collect through Arrow, each answer compared with memphis off; the
 #     memphis tab in a browser and in the History Server, whose servlet API differs per line)
-#     in a venv per line with its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12);
+#     in a venv per line with its oldest pyspark (pip's pyspark 3.5 is built for Scala 2.12): the
+#     tests of LINE_TESTS but those marked default_line_only (memphis' own policies, and the second
+#     variant of a scenario that runs on every line in its first);
 #  4. the wheel, built from the source tree (Maven builds a jar it lacks), installed beside each
 #     line's pyspark and pyspark 3.4's.
 # Needs the default venv (PY); makes the line venvs, the Java runtimes and the jars it lacks.
@@ -26,7 +29,7 @@ MVN="mvn -B -q -f jvm/pom.xml"
 MATRIX="4.3_2.13 4.3.0 17 21
 4.1_2.13 4.1.0 21 17
 4.0_2.13 4.0.0 21 17
-3.5_2.13 3.5.0 - -
+3.5_2.13 - - -
 3.5_2.12 3.5.0 11 11"
 # The Python packages a line venv takes from requirements-dev.txt, besides its own pyspark.
 LINE_DEPS='pyarrow|pandas|numpy|tqdm|xxhash|pytest|pytest-xdist|execnet|hypothesis|setuptools'
@@ -94,7 +97,7 @@ while read -r build oldest scalatest_javas python_java; do
     $MVN -P "$(profiles "$build")" test -Djvm="$(java_home "$java")/bin/java"
   done
   built_for=$(sed -n "/<id>spark-${build%_*}<\/id>/,/<\/profile>/s|.*<spark.version>\(.*\)</spark.version>.*|\1|p" jvm/pom.xml)
-  [ "$oldest" = "$built_for" ] && continue
+  [ "$oldest" = "$built_for" ] || [ "$oldest" = - ] && continue
   step "compile for Spark ${build%_*}, Scala ${build#*_} against its oldest patch, $oldest"
   $MVN -P "$(profiles "$build")" -Dspark.version="$oldest" \
     -Dmemphis.build.directory="$PWD/jvm/target/oldest-$build" test-compile
@@ -110,7 +113,8 @@ while read -r build oldest _ python_java; do
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
   home=$([ "$python_java" = 21 ] && pyspark_java21_home || java_home "$python_java")
   # shellcheck disable=SC2086
-  JAVA_HOME=$home "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile $LINE_TESTS
+  JAVA_HOME=$home "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$PYTEST_WORKERS" --dist loadfile \
+    -m "not default_line_only" $LINE_TESTS
 done <<< "$MATRIX"
 
 step "the wheel beside each line's pyspark"
