@@ -1,6 +1,7 @@
 """TPC-H's 22 queries asked as a notebook session (benchmarks/tpch_corpus.py): first, again as they
-were, and edited (other years), each by plain Spark and by memphis, in a fresh JVM of 1g and one of
-640m driver heap. Every query answered in every pass, memphis' answers equal to plain Spark's, no place
+were, and edited (other years), each by plain Spark and by memphis, in a fresh JVM of 640m driver heap:
+the tightest size `make bench` runs it at (1g and 4g too); the TPC-DS corpus' test runs at 1g, where memphis
+refuses fewer subplans as larger than their share. Every query answered in every pass, memphis' answers equal to plain Spark's, no place
 memphis holds data above its budget at any sample, none much slower with memphis on, and every query
 whose rows memphis kept at its first ask served from them with no Spark job when asked again, within
 the issue's bound on a re-run (1.2 × plain + 0.2 s)."""
@@ -44,9 +45,8 @@ def run_corpus(driver_memory, out):
         return json.load(f)
 
 
-@pytest.mark.parametrize("driver_memory", ["1g", "640m"])
-def test_every_query_answers_the_same_within_budget_and_time(tpch_data, driver_memory, tmp_path):
-    report = run_corpus(driver_memory, tmp_path / "tpch_corpus.json")
+def test_every_query_answers_the_same_within_budget_and_time(tpch_data, tmp_path):
+    report = run_corpus("640m", tmp_path / "tpch_corpus.json")
     off = {r["query"]: r["seconds"] for r in report["runs"] if r["phase"] == "off" and r["ok"]}
     slow = [f"Q{r['query']} ({r['phase']}) took {r['seconds']:.2f} s with memphis on, {off[r['query']]:.2f} s off"
             for r in tpch_corpus.slow_runs(report, SLOWER_FACTOR, SLOWER_SLACK_S)]
