@@ -35,9 +35,10 @@ at most 1.1), and the bytes the durable tier wrote against the bytes of the inpu
 processes of every run must answer as the first run did, or the script fails (rigor.run_checked).
 A run is two processes (about 10 s each to start), so the default is 3 runs per mode in rigor's
 balanced order (13 pairs after the warm-up; about 15 minutes on 2 cores) rather than rigor's 10.
---quick: scale 0.05, 4 shuffle partitions, every mode once: a check of the answers, not a timing; plain
-and memory, whose rerun finds nothing the first process left, run their first process only (its
-figures stand for both).
+--quick: scale 0.05, 4 shuffle partitions, every mode once, and of tpch_session's questions the first
+three over each shared aggregate (9 of 24): a check of the answers, not a timing; plain and memory,
+whose rerun finds nothing the first process left, run their first process only (its figures stand
+for both).
 """
 import argparse
 import json
@@ -66,6 +67,8 @@ TARGETS = (("durable", "plain", "rerun", "≤ 0.2 (5× faster)"), ("durable", "e
 
 # One process of a run: the tables registered, the 24 queries answered (by the expert from its Parquet
 # copies of the shared aggregates, written first when they are not there yet); the durable writes waited for.
+# --quick asks the first three over each shared aggregate (tpch_session.quick_questions): each still recurs,
+# so that memphis persists it and the rerun reads it from the durable tier.
 APP = r"""
 import json, os, sys, time
 args = json.loads(sys.argv[1])
@@ -81,7 +84,7 @@ mode, expert_dir = args["mode"], args["expert_dir"]
 
 def tpch_session_answers():
     register(spark, args["tables"])
-    queries = tpch_session.QUERIES
+    queries = tpch_session.quick_questions() if args["quick"] else tpch_session.QUERIES
     if mode == "expert":
         for n, shared in enumerate(tpch_session.SHARED):
             path = os.path.join(expert_dir, f"shared_{n}")
@@ -145,7 +148,7 @@ def floor_planned():
             [demo.features(spark, path) for _ in demo.STAGES[1:]]  # each learning stage builds the features
     else:
         register(spark, args["tables"])
-        frames = [spark.sql(q) for q in tpch_session.QUERIES]
+        frames = [spark.sql(q) for q in (tpch_session.quick_questions() if args["quick"] else tpch_session.QUERIES)]
     for frame in frames:
         frame._jdf.queryExecution().optimizedPlan()
     return []
@@ -173,10 +176,11 @@ print(json.dumps({"answers": result, "seconds": seconds, "wait_s": wait, **moved
 """.replace("DEMO_ROWS", str(DEMO_ROWS))
 
 
-def process(mode, confs, tables, scale, expert_dir, workload="tpch_session"):
-    """One fresh process of ``mode`` (or ``prepare``) running ``workload``: what it printed."""
+def process(mode, confs, tables, scale, expert_dir, workload="tpch_session", quick=False):
+    """One fresh process of ``mode`` (or ``prepare``) running ``workload`` (``quick``: its quick questions):
+    what it printed."""
     args = {"mode": mode, "confs": confs, "tables": tables, "scale": scale, "expert_dir": expert_dir, "benchmarks": HERE,
-            "workload": workload}
+            "workload": workload, "quick": quick}
     child = subprocess.run([sys.executable, "-c", APP, json.dumps(args)], capture_output=True, text=True)
     if child.returncode != 0:
         raise RuntimeError(f"restart: a {mode} process failed:\n{child.stderr[-3000:]}")
@@ -200,7 +204,8 @@ def run_pair(mode, tables, scale, scratch, driver_memory="2g", workload="tpch_se
     for folder in (durable_dir, expert_dir):
         shutil.rmtree(folder, ignore_errors=True)
     def run():
-        return process(mode, confs_of(mode, durable_dir, driver_memory, quick), tables, scale, expert_dir, workload)
+        return process(mode, confs_of(mode, durable_dir, driver_memory, quick), tables, scale, expert_dir, workload,
+                       quick)
 
     first = run()
     rerun = run() if mode in CARRIED or not quick else dict(first)
@@ -223,7 +228,8 @@ def main(argv=None):
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory (plain Spark needs 4g from scale 5)")
-    parser.add_argument("--quick", action="store_true", help="scale 0.05, every mode once (no warm-up)")
+    parser.add_argument("--quick", action="store_true",
+                        help="scale 0.05, every mode once (no warm-up), 9 of tpch_session's questions")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args(argv)
     scale = 0.05 if args.quick else args.scale
@@ -234,7 +240,8 @@ def main(argv=None):
         samples = run_checked(MODES, lambda mode, i: run_pair(mode, tables, scale, scratch, args.driver_memory,
                                                               args.workload, args.quick),
                               repeats=args.repeats, quick=args.quick, desc="restart")
-        floor = [process("floor", confs_of("plain", "none", quick=args.quick), tables, scale, "", args.workload)
+        floor = [process("floor", confs_of("plain", "none", quick=args.quick), tables, scale, "", args.workload,
+                         args.quick)
                  for _ in range(1 if args.quick else args.repeats)]
         read = input_bytes(tables)
     report = {"benchmark": "restart", "workload": args.workload, "scale": scale, "quick": args.quick,

@@ -13,7 +13,7 @@ from rigor import AnswerMismatch  # noqa: E402
 
 
 def test_a_mode_answering_differently_fails_and_writes_no_results(monkeypatch, tmp_path):
-    def process(mode, confs, tables, scale, expert_dir, workload):
+    def process(mode, confs, tables, scale, expert_dir, workload, quick=False):
         if mode == "prepare":
             return {}
         wrong = mode == "durable" and confs["spark.memphis.durable.dir"] != "none"
@@ -29,7 +29,7 @@ def test_a_mode_answering_differently_fails_and_writes_no_results(monkeypatch, t
 def test_a_rerun_answering_differently_from_its_first_process_fails(monkeypatch, tmp_path):
     ran = {"n": 0}
 
-    def process(mode, confs, tables, scale, expert_dir, workload):
+    def process(mode, confs, tables, scale, expert_dir, workload, quick=False):
         ran["n"] += 1
         return {} if mode == "prepare" else {
             "answers": [[[ran["n"] if mode == "expert" else 0]]], "seconds": 1.0, "wait_s": 0.0, "hits": 0,

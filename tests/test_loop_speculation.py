@@ -52,7 +52,8 @@ def test_a_loop_result_read_by_two_jobs_is_computed_once_per_iteration(spark_tie
     spark = spark_tier
     spark.conf.set("spark.memphis.checkpoint.minHeight", "12")
     try:
-        # Plain Spark's answers, its plans kept short by hand: uncut, each iteration's jobs would run every step before it.
+        # Plain Spark's answers, its plans kept short by hand: uncut, each iteration's jobs would run every step
+        # before it.
         plain, _, _ = memphis_off(spark, lambda: two_actions_per_iteration(spark, "plain", hand=True))
         spark.conf.set("spark.memphis.loop.speculative", "false")
         delayed, delayed_tasks, delayed_stats = two_actions_per_iteration(spark, "delayed")
