@@ -80,11 +80,12 @@ from workloads.tpch_exploration import answers, register, write_tables
 spark = memphis.session("local[2]", app_name="memphis-restart", **args["confs"])
 spark.sparkContext.setLogLevel("ERROR")
 mode, expert_dir = args["mode"], args["expert_dir"]
+questions = tpch_session.quick_questions() if args["quick"] else tpch_session.QUERIES
 
 
 def tpch_session_answers():
     register(spark, args["tables"])
-    queries = tpch_session.quick_questions() if args["quick"] else tpch_session.QUERIES
+    queries = questions
     if mode == "expert":
         for n, shared in enumerate(tpch_session.SHARED):
             path = os.path.join(expert_dir, f"shared_{n}")
@@ -148,7 +149,7 @@ def floor_planned():
             [demo.features(spark, path) for _ in demo.STAGES[1:]]  # each learning stage builds the features
     else:
         register(spark, args["tables"])
-        frames = [spark.sql(q) for q in (tpch_session.quick_questions() if args["quick"] else tpch_session.QUERIES)]
+        frames = [spark.sql(q) for q in questions]
     for frame in frames:
         frame._jdf.queryExecution().optimizedPlan()
     return []
