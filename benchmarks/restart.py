@@ -67,8 +67,6 @@ TARGETS = (("durable", "plain", "rerun", "≤ 0.2 (5× faster)"), ("durable", "e
 
 # One process of a run: the tables registered, the 24 queries answered (by the expert from its Parquet
 # copies of the shared aggregates, written first when they are not there yet); the durable writes waited for.
-# --quick asks the first three over each shared aggregate (tpch_session.quick_questions): each still recurs,
-# so that memphis persists it and the rerun reads it from the durable tier.
 APP = r"""
 import json, os, sys, time
 args = json.loads(sys.argv[1])

@@ -53,7 +53,8 @@ SHARED = [PER_CUSTOMER, PER_ORDER, PER_PART]
 def quick_questions(per_shared=3):
     """The first ``per_shared`` questions over each shared aggregate, in order: a quick run's (each aggregate
     recurs, so memphis persists it at its second occurrence and serves it at its third)."""
-    return [q for shared in SHARED for q in [q for q in QUERIES if f"({shared})" in q][:per_shared]]
+    return [question for shared in SHARED
+            for question in [q for q in QUERIES if f"({shared})" in q][:per_shared]]
 
 
 def workload(directory):
