@@ -96,3 +96,29 @@ def test_retained_shuffles_are_bounded_and_can_be_turned_off(fresh, tmp_path):
         assert "RetainShuffle" in df._jdf.queryExecution().optimizedPlan().toString()
     finally:
         spark.conf.unset("spark.memphis.reuse.retainedShuffles")
+
+
+def test_a_shuffle_over_a_join_broadcast_is_kept_only_while_the_broadcast_fits_the_driver_heap(spark_tier, tmp_path):
+    """A kept shuffle keeps what its map side read alive, the join broadcasts built below it among them (Spark
+    frees a broadcast on the driver once no plan references it): kept only while they fit in what the driver
+    heap's budget leaves."""
+    spark = spark_tier
+    path = sales(spark, str(tmp_path / "sales"))
+    labels = str(tmp_path / "labels")
+    spark.range(5000).selectExpr("id AS k", "id % 3 AS group", "repeat('x', 100) AS label").write.parquet(labels)
+    by_group = lambda modulus: (spark.read.parquet(path)  # noqa: E731
+                                .join(F.broadcast(spark.read.parquet(labels)), "k")
+                                .groupBy((F.col("group") % modulus).alias("g")).agg(F.sum("v").alias("total")))
+    retained, _ = counters(spark)
+    fits = sorted(by_group(2).collect())
+    assert counters(spark)[0] == retained + 1
+    assert entry_states(spark)[memphis.lineage_key(by_group(2))]["retained_shuffles"] == 1
+    # A budget of about a tenth of a MiB of a 1 GiB heap: the label broadcast (over half a MiB) no longer fits.
+    spark.conf.set("spark.memphis.driver.heapFraction", "0.0001")
+    try:
+        too_large = sorted(by_group(3).collect())
+        assert counters(spark)[0] == retained + 1, "its shuffle is not kept"
+        assert entry_states(spark)[memphis.lineage_key(by_group(3))]["retained_shuffles"] == 0
+    finally:
+        spark.conf.unset("spark.memphis.driver.heapFraction")
+    assert memphis_off(spark, lambda: (sorted(by_group(2).collect()), sorted(by_group(3).collect()))) == (fits, too_large)

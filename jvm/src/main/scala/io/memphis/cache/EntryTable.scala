@@ -149,8 +149,11 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
     retaining -= e
   }
 
+  /** The shuffles first occurrences keep now. */
+  def retainedShuffles: Seq[SparkPlan] = synchronized(retaining.toSeq).flatMap(_.firstShuffles)
+
   /** Bytes the first occurrences' kept shuffles take on local disk. */
-  def retainedShuffleBytes: Long = synchronized(retaining.toSeq).flatMap(_.firstShuffles).map(PhysicalPlans.shuffleBytes).sum
+  def retainedShuffleBytes: Long = retainedShuffles.map(PhysicalPlans.shuffleBytes).sum
 
   /** Forgets every entry (after their relations were let go). */
   def clear(): Unit = {

@@ -69,7 +69,8 @@ object MemphisConf {
     "How many first occurrences of aggregates keep their shuffle output, so that the second occurrence, " +
       "which memphis persists, only combines it instead of computing the aggregate's input again; 0 keeps " +
       "none (the first occurrence then plans exactly as plain Spark). Kept shuffles stay on the executors' " +
-      "local disks until let go.")(
+      "local disks until let go, and keep the join broadcasts their map side read on the driver: they are kept " +
+      "only while those fit in what the driver heap's budget (driver.heapFraction) leaves.")(
     wholeNumber(0, 10000))
 
   val PersistAhead: Entry[Boolean] = Entry(

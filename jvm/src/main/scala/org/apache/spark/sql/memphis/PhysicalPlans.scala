@@ -128,7 +128,14 @@ object PhysicalPlans {
    * exchanges (under adaptive execution, their query stages) whose relation was built successfully.
    * None when the execution failed or Spark kept no record of its plan.
    */
-  def builtBroadcasts(end: SparkListenerSQLExecutionEnd): Seq[SparkPlan] = {
+  def builtBroadcasts(end: SparkListenerSQLExecutionEnd): Seq[SparkPlan] =
+    Option(end.qe).filter(_ => end.executionFailure.isEmpty).toSeq.flatMap(qe => broadcastsBuiltIn(qe.executedPlan))
+
+  /**
+   * The broadcasts built in `plan`, its subqueries and adaptive stages included, each once (not the
+   * stages that reuse one): the exchanges (under adaptive execution, their query stages).
+   */
+  def broadcastsBuiltIn(plan: SparkPlan): Seq[SparkPlan] = {
     def walk(p: SparkPlan): Seq[SparkPlan] = (p match {
       case a: AdaptiveSparkPlanExec => walk(a.executedPlan)
       case s: BroadcastQueryStageExec if s.plan.isInstanceOf[BroadcastExchangeExec] =>
@@ -138,7 +145,7 @@ object PhysicalPlans {
       case _: ReusedExchangeExec => Nil
       case other => other.children.flatMap(walk)
     }) ++ p.subqueries.flatMap(walk)
-    Option(end.qe).filter(_ => end.executionFailure.isEmpty).toSeq.flatMap(qe => walk(qe.executedPlan))
+    walk(plan)
   }
 
   /** The exchange node of a broadcast (from [[broadcastsToBuild]] or [[builtBroadcasts]]), where tags live. */
