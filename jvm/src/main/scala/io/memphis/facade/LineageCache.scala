@@ -211,11 +211,14 @@ final class LineageCache private (val sparkContext: SparkContext) {
    * again, and the broadcasts they held made the edited pass 2.4× plain Spark's time, 1.2× without).
    */
   def retainShuffles(id: String, shuffles: Seq[SparkPlan]): Long = table.locked {
-    val accounts = budgets(SQLConf.get)
     def overDisk = { val disk = budgets(SQLConf.get); disk.localDiskHeld > disk.localDiskBudget }
     def broadcastBytes(plans: Seq[SparkPlan]) = plans.flatMap(PhysicalPlans.broadcastsBuiltIn).map(PhysicalPlans.broadcastBytes).sum
     val pinned = broadcastBytes(shuffles)
-    val room = accounts.driverHeapBudget - accounts.driverHeapHeld - broadcastBytes(table.retainedShuffles)
+    // Summed only when a broadcast lies below (none without adaptive execution: it is built in this job).
+    lazy val room = {
+      val accounts = budgets(SQLConf.get)
+      accounts.driverHeapBudget - accounts.driverHeapHeld - broadcastBytes(table.retainedShuffles)
+    }
     val kept = if (pinned > 0 && pinned > room) {
       table.get(id).foreach(e => stats.record(Counter.Refused, s"not keeping the shuffles of the first occurrence of " +
         s"${e.key.hash}: they keep $pinned bytes of join broadcasts on the driver heap, where its budget leaves ${room max 0}"))
