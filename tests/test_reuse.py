@@ -37,6 +37,32 @@ def test_shared_aggregate_is_persisted_on_its_second_occurrence_and_served_after
     assert state == "evicted", "turning memphis off releases what it holds"
 
 
+def test_an_aggregate_the_query_filters_on_a_grouping_column_is_persisted_from_its_third_occurrence(fresh, tmp_path):
+    """Spark moves a filter on a grouping column below the aggregate: the query computes one group's
+    rows, while filling the aggregate computes every group. Its second occurrence holds it back,
+    the third (it recurs) persists it."""
+    spark = fresh
+    path = sales(spark, str(tmp_path / "sales"))
+    key = memphis.lineage_key(per_key(spark, path))
+    held_back = memphis.stats(spark)["refused_not_recurring"]
+    answers, served = [], []
+    for k in (1, 2, 3, 4):
+        df = per_key(spark, path).where(F.col("k") == k)
+        answers.append(sorted(df.collect()))
+        served.append(uses_memphis_cache(df))
+        entry = entry_states(spark)[key]
+        if k == 2:
+            assert entry["occurrences"] == 2 and entry["state"] == "seen", entry
+            assert "filters reach into it: (k = 2" in entry["reason"], entry["reason"]
+            assert memphis.stats(spark)["refused_not_recurring"] == held_back + 1
+    assert served == [False, False, True, True]
+    assert eventually(lambda: entry_states(spark)[key]["state"] == "materialized")
+    assert entry_states(spark)[key]["hits"] == 1
+    assert memphis_off(spark, lambda: [sorted(per_key(spark, path).where(F.col("k") == k).collect())
+                                       for k in (1, 2, 3, 4)]) == answers
+    assert [len(a) for a in answers] == [1, 1, 1, 1]
+
+
 def test_served_queries_skip_the_shared_work(fresh, tmp_path):
     spark = fresh
     path = sales(spark, str(tmp_path / "sales"))

@@ -5,7 +5,7 @@ import io.memphis.conf.{CacheStats, MemphisConf}
 import io.memphis.facade.LineageCache
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
-import org.apache.spark.sql.catalyst.plans.logical.{Join, LogicalPlan}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Join, LogicalPlan, Union}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.{CacheTestShim, SparkRuntime, SparkShimImpl}
 import org.scalatest.funsuite.AnyFunSuite
@@ -33,6 +33,31 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
     assert(comma.size == 1 && Admission.isConditionlessJoin(comma.head))
     val on = joins(analyzed(spark, "SELECT sum(v) FROM a JOIN b ON a.k = b.k"))
     assert(on.size == 1 && !Admission.isConditionlessJoin(on.head))
+  }
+
+  test("the filters a query moves into its subplan: on a grouping column, through a join, a union branch ruled out") {
+    val spark = newSession()
+    views(spark)
+    spark.sql("SELECT k, sum(v) AS total FROM a GROUP BY k").createOrReplaceTempView("per_k")
+    spark.sql("SELECT 's' AS t, k, sum(v) AS s FROM a GROUP BY k UNION ALL SELECT 'w' AS t, k, sum(x) AS s FROM b GROUP BY k")
+      .createOrReplaceTempView("both")
+    def reaching(sql: String, subplan: LogicalPlan => LogicalPlan): Seq[String] = {
+      val query = analyzed(spark, sql)
+      Admission.narrowingFilters(spark, query)(subplan(query))
+    }
+    val perK = (q: LogicalPlan) => q.collectFirst { case agg: Aggregate => agg }.get
+    assert(reaching("SELECT * FROM per_k WHERE k = 5", perK).exists(_.contains("= 5")))
+    assert(reaching("SELECT * FROM per_k WHERE total > 100", perK).isEmpty, "a filter on what it computes stays above")
+    spark.range(0, 3000).selectExpr("id % 1000 AS k", "id AS z").createOrReplaceTempView("e")
+    assert(reaching("SELECT p.k, total, z FROM per_k p JOIN e ON p.k = e.k WHERE e.z < 500", perK).isEmpty,
+      "another input's filter does not reach it")
+    assert(reaching("SELECT p.k, total, y FROM per_k p JOIN c ON p.k = c.k WHERE c.k = 7", perK).exists(_.contains("= 7")),
+      "the join carries the key's filter over")
+    // c.y is c.k % 3: the optimizer infers (k % 3) = 1 for the aggregate's keys too.
+    assert(reaching("SELECT p.k, total, y FROM per_k p JOIN c ON p.k = c.k WHERE c.y = 1", perK).exists(_.contains("% 3")))
+    val union = (q: LogicalPlan) => q.collectFirst { case u: Union => u }.get
+    assert(reaching("SELECT * FROM both WHERE t = 's'", union).exists(_.startsWith("it reads no column")))
+    assert(reaching("SELECT * FROM both", union).isEmpty)
   }
 
   test("estimates: a key join is its two sides, a semi join its left, a condition-less join their product") {

@@ -4,6 +4,7 @@ import scala.util.control.NonFatal
 
 import io.memphis.conf.CacheStats.Counter
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.{Expression, IsNotNull, PredicateHelper, SubqueryExpression}
 import org.apache.spark.sql.catalyst.optimizer.JoinSelectionHelper
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
 import org.apache.spark.sql.catalyst.plans.{Cross, ExistenceJoin, Inner, LeftAnti, LeftSemi}
@@ -33,7 +34,7 @@ import org.apache.spark.sql.memphis.SparkShimImpl
  * query reads a few. Any dear input of it (an aggregate, a shuffled join, a window) is a
  * candidate of its own, persisted when it recurs.
  */
-object Admission extends JoinSelectionHelper {
+object Admission extends JoinSelectionHelper with PredicateHelper {
   /** The most of the storage memory memphis may use that one entry may be expected to take. */
   val MaxShare = 0.5
 
@@ -60,6 +61,38 @@ object Admission extends JoinSelectionHelper {
         case NonFatal(e) => Left(Counter.RefusedEstimatedSize -> s"not persisted: its output could not be estimated ($e)")
       }
     }
+
+  /**
+   * For a subplan (a node of `query`): the filters of `query` that its optimizer moves down into it,
+   * if any (the query is optimized once, when first asked): a filter on an input of the subplan
+   * there that the subplan planned alone has not. The query then
+   * computes only part of the subplan (an aggregate by year under a filter on the year), while
+   * persisting it computes the whole (every year), so filling it costs its query more than its
+   * computation (TPC-DS' edited pass: Q11 and Q64 2.3–2.5× plain Spark's time filling an aggregate
+   * on its second occurrence, never read again). Null checks inferred from joins above and runtime
+   * filters (dynamic pruning, bloom filters) do not count: they are not the query's own. An input
+   * the optimized query no longer reads (a union branch its filter ruled out) counts.
+   */
+  def narrowingFilters(session: SparkSession, query: LogicalPlan): LogicalPlan => Seq[String] = {
+    lazy val whole = filtersAtInputs(SparkShimImpl.optimize(session, query))
+    subplan => filtersAtInputs(SparkShimImpl.optimize(session, subplan)).filter(_._1.nonEmpty).flatMap { case (input, own) =>
+      val there = whole.filter(_._1.exists(input.contains))
+      if (there.isEmpty) Seq(s"it reads no column of an input of ${input.size}")
+      else there.flatMap(_._2.filterNot(c => own.exists(_.semanticEquals(c)))).map(_.sql)
+    }.distinct
+  }
+
+  /** Each input (leaf) of an optimized plan, by its columns' ids, with the query's own filter conjuncts right above it. */
+  private def filtersAtInputs(plan: LogicalPlan): Seq[(Set[Long], Seq[Expression])] = {
+    def own(c: Expression) = !c.isInstanceOf[IsNotNull] && !SubqueryExpression.hasSubquery(c)
+    def walk(p: LogicalPlan, above: Seq[Expression]): Seq[(Set[Long], Seq[Expression])] = p match {
+      case leaf: LeafNode => Seq(leaf.output.map(_.exprId.id).toSet -> above)
+      case f: Filter => walk(f.child, above ++ splitConjunctivePredicates(f.condition).filter(own))
+      case pr: Project => walk(pr.child, above)
+      case other => other.children.flatMap(walk(_, Nil))
+    }
+    walk(plan, Nil)
+  }
 
   /**
    * A join (under the nodes that only pick rows or columns) that Spark plans as a broadcast join, as

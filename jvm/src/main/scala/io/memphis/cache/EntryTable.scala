@@ -53,8 +53,11 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
   /** `e` was persisted now: it pays once read again. */
   def persisted(e: CacheEntry): Unit = recentPersists.add(EntryTable.Outcome(e, persisted = true, e.hits, queries))
 
-  /** `e` was held back now as persisting did not pay: it would have paid had it come back. */
-  def heldUnpaid(e: CacheEntry): Unit =
+  /**
+   * `e` was held back now, as persisting did not pay or as its fill would compute more than its query
+   * needs ([[ReuseActions]]): a bet not taken, which would have paid had it come back.
+   */
+  def heldBack(e: CacheEntry): Unit =
     recentPersists.add(EntryTable.Outcome(e, persisted = false, e.occurrences, queries))
 
   /** Counts a query the policy decided on and that runs. */

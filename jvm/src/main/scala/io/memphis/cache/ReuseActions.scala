@@ -1,6 +1,7 @@
 package io.memphis.cache
 
 import scala.collection.mutable
+import scala.util.control.NonFatal
 
 import io.memphis.cache.ReusePolicy.{Decisions, Observation}
 import io.memphis.conf.{CacheStats, MemphisConf}
@@ -67,7 +68,7 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
     decisions.heldBack.foreach(i => stats.record(Counter.RefusedNotRecurring, s"not persisting ${query.key(i).hash} on " +
       s"occurrence ${entries(i).occurrences}: " + (if (decisions.heldUnpaid.contains(i))
         "fewer than half of the last subplans persisted were read again" else "none of the last subplans found due came back")))
-    decisions.heldUnpaid.foreach(i => table.heldUnpaid(entries(i)))
+    decisions.heldUnpaid.foreach(i => table.heldBack(entries(i)))
     table.queryObserved()
     entries.toMap
   }
@@ -91,7 +92,9 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
     val used = mutable.Set.empty[CacheEntry] ++= decisions.served.map(entries)
     val crowded = if (decisions.due.isEmpty) None else storageCrowdsHeap()
     crowded.foreach(why => decisions.due.foreach(i => stats.record(Counter.Refused, s"not persisting ${query.key(i).hash}: $why")))
-    val admitted = if (crowded.isDefined) Nil else decisions.due.filter(i => admits(session, query.subplan(i), entries(i), conf.sql))
+    val narrowing = Admission.narrowingFilters(session, query.plan)
+    val admitted = if (crowded.isDefined) Nil else decisions.due.filter(i =>
+      admits(session, query.subplan(i), entries(i), conf.sql) && fillsWhatItNeeds(query.subplan(i), entries(i), narrowing, decisions, conf))
     val chosen = ReusePolicy.choose(candidates, admitted, i => table.locked(entries(i).occurrences))
     table.locked(chosen.foreach { i =>
       val e = entries(i)
@@ -108,6 +111,35 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
       }
     })
     (owned, used.toSet)
+  }
+
+  /**
+   * Whether filling `e` (due, of `subplan`) computes no more than its query needs of it. On its
+   * `minOccurrences`-th occurrence a subplan into which the query's filters reach (`narrowing`,
+   * [[Admission.narrowingFilters]]) is held back: persisting it would compute what the filters
+   * drop, a price for a next occurrence it has not yet shown (an edited notebook's query meets the
+   * subplan a second time and often never a third). One that comes back is persisted then. Either
+   * way the bet counts among the recent persists' outcomes ([[RecentRecurrence.pays]]).
+   */
+  private def fillsWhatItNeeds(subplan: LogicalPlan, e: CacheEntry, narrowing: LogicalPlan => Seq[String],
+      decisions: Decisions, conf: QueryConf): Boolean = {
+    val occurrence = table.locked(e.occurrences)
+    val filters = if (conf.minOccurrences < 2 || occurrence != conf.minOccurrences || decisions.ahead.contains(e.id)) Nil
+      else try narrowing(subplan) catch {
+        case NonFatal(err) =>
+          CacheStats.log.debug(s"memphis: could not tell whether the filters of the query reach into ${e.key.hash}: $err")
+          Nil
+      }
+    filters.isEmpty || {
+      val why = s"not persisting ${e.key.hash} on occurrence $occurrence: filling it would compute rows the query does not " +
+        s"need, as the query's filters reach into it: ${filters.take(3).mkString("; ")}; persisted if it comes back"
+      table.locked {
+        e.reason = why
+        table.heldBack(e)
+      }
+      stats.record(Counter.RefusedNotRecurring, why)
+      false
+    }
   }
 
   /** The subplans Spark substitutes a held entry's relation for in this query (by identity). */

@@ -88,7 +88,7 @@ class ReusePolicySuite extends AnyFunSuite {
     val persisted = (1 to 3).map(i => entry(s"p$i"))
     persisted.foreach(table.persisted)
     val held = entry("h")
-    table.heldUnpaid(held)
+    table.heldBack(held)
     assert(table.recentPersists.judged.isEmpty, "none had the time to be read")
     (1 to EntryTable.DueSettlesAfter).foreach(_ => table.queryObserved())
     assert(table.recentPersists.judged == Seq(false, false, false, false))
