@@ -37,12 +37,20 @@ def test_shared_aggregate_is_persisted_on_its_second_occurrence_and_served_after
     assert state == "evicted", "turning memphis off releases what it holds"
 
 
-def test_an_aggregate_the_query_filters_on_a_grouping_column_is_persisted_from_its_third_occurrence(fresh, tmp_path):
+def test_an_aggregate_the_query_filters_on_a_grouping_column_waits_for_a_third_occurrence_once_persists_go_unread(
+        fresh, tmp_path):
     """Spark moves a filter on a grouping column below the aggregate: the query computes one group's
-    rows, while filling the aggregate computes every group. Its second occurrence holds it back,
-    the third (it recurs) persists it."""
+    rows, while filling the aggregate computes every group. With no bet judged yet its second
+    occurrence persists it; once a persist went unread, the second holds it back and the third
+    (it recurs) persists it."""
     spark = fresh
     path = sales(spark, str(tmp_path / "sales"))
+    per_v = lambda: spark.read.parquet(path).groupBy("v").agg(F.sum("id").alias("s"))  # noqa: E731
+    first_bet = [per_v().where(F.col("v") == v) for v in (1, 2)]
+    assert [(sorted(df.collect()), uses_memphis_cache(df))[1] for df in first_bet] == [False, True]
+    for m in range(2, 10):  # other aggregates, none recurring: the persist above goes unread, and its bet is judged
+        spark.read.parquet(path).groupBy((F.col("id") % m).alias("b")).count().where(F.col("count") > 0).collect()
+
     key = memphis.lineage_key(per_key(spark, path))
     held_back = memphis.stats(spark)["refused_not_recurring"]
     answers, served = [], []

@@ -57,6 +57,15 @@ object RecentRecurrence {
    */
   def pays(paid: Seq[Boolean]): Boolean = paid.size < NoRecurrenceAfter || 2 * paid.count(identity) >= paid.size
 
+  /**
+   * Whether a dearer bet is worth making, given whether each recent bet paid: a persist whose fill
+   * computes more than its query needs (the query's filters reach into it) is made while none was
+   * judged yet or one of them paid. A session whose persists are read (an exploration over one
+   * aggregate by year) keeps filling at the second occurrence; one whose persists went unread (an
+   * edited notebook) waits for a third.
+   */
+  def paysDearer(paid: Seq[Boolean]): Boolean = paid.isEmpty || paid.contains(true)
+
   /** Why the next new one is worth keeping now, given whether each recent one recurred: when at least half (and one) did. */
   def reason(recurred: Seq[Boolean], what: String): Option[String] = {
     val came = recurred.count(identity)

@@ -118,17 +118,19 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
   }
 
   /**
-   * Whether filling `e` (due, of `subplan`) computes no more than its query needs of it. On its
-   * `minOccurrences`-th occurrence a subplan into which the query's filters reach (`narrowing`,
-   * [[Admission.narrowingFilters]]) is held back: persisting it would compute what the filters
+   * Whether filling `e` (due, of `subplan`) computes no more than its query needs of it, or is worth
+   * it anyway. On its `minOccurrences`-th occurrence a subplan into which the query's filters reach
+   * (`narrowing`, [[Admission.narrowingFilters]]) is held back while the recent bets say persisting
+   * does not pay ([[RecentRecurrence.paysDearer]]): persisting it would compute what the filters
    * drop, a price for a next occurrence it has not yet shown (an edited notebook's query meets the
-   * subplan a second time and often never a third). One that comes back is persisted then. Either
-   * way the bet counts among the recent persists' outcomes ([[RecentRecurrence.pays]]).
+   * subplan a second time and often never a third). One that comes back is persisted then. The bet
+   * not made counts among the recent persists' outcomes ([[RecentRecurrence.pays]]).
    */
   private def fillsWhatItNeeds(subplan: LogicalPlan, e: CacheEntry, narrowing: LogicalPlan => Seq[String],
       decisions: Decisions, conf: QueryConf): Boolean = {
-    val occurrence = table.locked(e.occurrences)
-    val filters = if (conf.minOccurrences < 2 || occurrence != conf.minOccurrences || decisions.ahead.contains(e.id)) Nil
+    val (occurrence, dearerPays) = table.locked((e.occurrences, RecentRecurrence.paysDearer(table.recentPersists.judged)))
+    val filters = if (conf.minOccurrences < 2 || occurrence != conf.minOccurrences || decisions.ahead.contains(e.id) ||
+        dearerPays) Nil
       else try narrowing(subplan) catch {
         case NonFatal(err) =>
           CacheStats.log.debug(s"memphis: could not tell whether the filters of the query reach into ${e.key.hash}: $err")
@@ -136,7 +138,8 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
       }
     filters.isEmpty || {
       val why = s"not persisting ${e.key.hash} on occurrence $occurrence: filling it would compute rows the query does not " +
-        s"need, as the query's filters reach into it: ${filters.take(3).mkString("; ")}; persisted if it comes back"
+        s"need, as the query's filters reach into it: ${filters.take(3).mkString("; ")}, and none of the last subplans " +
+        "persisted was read again; persisted if it comes back"
       table.locked {
         e.reason = why
         table.heldBack(e)
