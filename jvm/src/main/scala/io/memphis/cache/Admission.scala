@@ -41,7 +41,10 @@ object Admission extends JoinSelectionHelper with PredicateHelper {
   /** Either the refusal (its counter and why) or the estimated output in bytes. */
   def verdict(session: SparkSession, subplan: LogicalPlan, budgetBytes: Long,
       conf: SQLConf): Either[(Counter.Value, String), BigInt] =
-    refusalOnSight(subplan).map(Left(_)).getOrElse {
+    if (isConditionlessJoin(subplan)) {
+      Left(Counter.RefusedCrossJoin -> ("not persisted: a join without a condition; the predicates above it move " +
+        "into it when the query is optimized, so on its own it is a cross product"))
+    } else {
       try {
         val optimized = SparkShimImpl.optimize(session, subplan)
         lazy val estimate = estimatedBytes(optimized)
@@ -58,12 +61,6 @@ object Admission extends JoinSelectionHelper with PredicateHelper {
         case NonFatal(e) => Left(Counter.RefusedEstimatedSize -> s"not persisted: its output could not be estimated ($e)")
       }
     }
-
-  /** The refusal seen on the subplan itself, without running the optimizer: a join without a condition. */
-  def refusalOnSight(subplan: LogicalPlan): Option[(Counter.Value, String)] =
-    if (!isConditionlessJoin(subplan)) None
-    else Some(Counter.RefusedCrossJoin -> ("not persisted: a join without a condition; the predicates above it move " +
-      "into it when the query is optimized, so on its own it is a cross product"))
 
   /**
    * For a subplan (a node of `query`): the filters of `query` that its optimizer moves down into it,

@@ -39,7 +39,7 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
    * asks several queries has its next iteration to show that they recur.
    */
   val recentlyDue = new RecentRecurrence[EntryTable.Due](recentSize, d => d.entry.occurrences > d.occurrences,
-    d => queries - d.query >= EntryTable.DueSettlesAfter, d => EntryTable.aBet(d.entry))
+    d => queries - d.query >= EntryTable.DueSettlesAfter)
 
   /**
    * Subplans persisted, and those held back as persisting did not pay, newest last: whether the
@@ -48,7 +48,7 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
    * the due ones.
    */
   val recentPersists = new RecentRecurrence[EntryTable.Outcome](recentSize, _.paid,
-    o => queries - o.query >= EntryTable.DueSettlesAfter, o => EntryTable.aBet(o.entry))
+    o => queries - o.query >= EntryTable.DueSettlesAfter)
 
   /** `e` was persisted now: it pays once read again. */
   def persisted(e: CacheEntry): Unit = recentPersists.add(EntryTable.Outcome(e, persisted = true, e.hits, queries))
@@ -180,14 +180,6 @@ object EntryTable {
   final case class Outcome(entry: CacheEntry, persisted: Boolean, mark: Long, query: Long) {
     def paid: Boolean = if (persisted) entry.hits > mark else entry.occurrences > mark
   }
-
-  /**
-   * Whether `e`'s outcome says anything of the bets memphis makes: not once it is refused (admission,
-   * too large, slower). TPC-DS' comma joins, refused as Cartesian products, come back in query
-   * after query (44 occurrences of one); counted, they made the session look recurring, and the
-   * subplans due after them were persisted (Q64's and Q8's in the edited pass, never read).
-   */
-  def aBet(e: CacheEntry): Boolean = e.refusal.isEmpty
 
   /** Queries after which a due subplan not met again counts as not recurring. */
   val DueSettlesAfter = 8

@@ -6,11 +6,10 @@ import scala.collection.mutable
  * The last `size` things met for the first time (or found due), newest last, and whether the
  * session's work recurs: when at least half of them (and at least one) came back, the next new one
  * is likely to come back too, and is kept at its first occurrence instead of its second. One that
- * has not come back counts as not recurring only once `settled` (given time to come back); one no
- * longer `counted` (memphis would not keep it anyway) does not count. Guarded by its owner's lock.
+ * has not come back counts as not recurring only once `settled` (given time to come back). Guarded
+ * by its owner's lock.
  */
-final class RecentRecurrence[T](size: Int, recurred: T => Boolean, settled: T => Boolean = (_: T) => true,
-    counted: T => Boolean = (_: T) => true) {
+final class RecentRecurrence[T](size: Int, recurred: T => Boolean, settled: T => Boolean = (_: T) => true) {
   private val recent = mutable.Queue.empty[T]
 
   /** Records `t`, met for the first time; when it is worth keeping now, says why. */
@@ -29,8 +28,8 @@ final class RecentRecurrence[T](size: Int, recurred: T => Boolean, settled: T =>
   /** Oldest first. */
   def items: Seq[T] = recent.toList
 
-  /** Whether each recent one recurred, oldest first, leaving out those not counted, and those not back yet and not settled. */
-  def judged: Seq[Boolean] = recent.toList.filter(t => counted(t) && (recurred(t) || settled(t))).map(recurred)
+  /** Whether each recent one recurred, oldest first, leaving out those not back yet and not settled. */
+  def judged: Seq[Boolean] = recent.toList.filter(t => recurred(t) || settled(t)).map(recurred)
 
   def clear(): Unit = recent.clear()
 }

@@ -64,10 +64,6 @@ final class ReuseActions(table: EntryTable, spark: SparkCache, stats: CacheStats
       case Miss(i) => miss(i)
     }
     decisions.recentlyMet.foreach(i => table.recent.add(entries(i)))
-    // One held back that admission would refuse on sight is no bet: known refused, it does not count as one.
-    decisions.heldBack.map(i => entries(i) -> query.subplan(i)).foreach { case (e, subplan) =>
-      if (e.refusal.isEmpty && e.estimatedBytes.isEmpty) e.refusal = Admission.refusalOnSight(subplan)
-    }
     decisions.recentlyDue.foreach(i => table.due(entries(i)))
     decisions.heldBack.foreach(i => stats.record(Counter.RefusedNotRecurring, s"not persisting ${query.key(i).hash} on " +
       s"occurrence ${entries(i).occurrences}: " + (if (decisions.heldUnpaid.contains(i))

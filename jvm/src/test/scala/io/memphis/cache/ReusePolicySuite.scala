@@ -2,7 +2,6 @@ package io.memphis.cache
 
 import io.memphis.cache.ReusePolicy.{Candidate, Past}
 import io.memphis.cache.ReusePolicy.Observation._
-import io.memphis.conf.CacheStats.Counter
 import io.memphis.lineage.LineageKey
 import org.apache.spark.sql.internal.SQLConf
 import org.scalatest.funsuite.AnyFunSuite
@@ -101,19 +100,6 @@ class ReusePolicySuite extends AnyFunSuite {
     assert(!RecentRecurrence.pays(table.recentPersists.judged), "one of four paid")
     held.occurrences += 1
     assert(table.recentPersists.judged.last && RecentRecurrence.pays(table.recentPersists.judged), "two of four paid")
-  }
-
-  test("a refused subplan is no bet: neither its coming back nor its outcome counts") {
-    val table = new EntryTable(shared = true, recentSize = 16)
-    val refused = remembered(table, "cross", occurrences = 2)
-    refused.refusal = Some(Counter.RefusedCrossJoin -> "a cross product on its own")
-    table.due(refused)
-    table.heldBack(refused)
-    (1 to EntryTable.DueSettlesAfter).foreach(_ => table.queryObserved())
-    refused.occurrences += 1 // back: it would count as recurring, and as a bet that paid
-    assert(table.recentlyDue.judged.isEmpty && table.recentPersists.judged.isEmpty)
-    refused.refusal = None
-    assert(table.recentlyDue.judged == Seq(true) && table.recentPersists.judged == Seq(true))
   }
 
   test("a due subplan not met again counts as not recurring only after a few more queries") {
