@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,23 +21,22 @@ CLIENT = os.path.join(HERE, "apps", "connect_client.py")
 MEMPHIS = os.path.join(os.path.dirname(sys.executable), "memphis")  # the console script
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture(scope="module")
+def server_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("connect") / "server.log"
 
 
 @pytest.fixture(scope="module")
-def server_ui():
-    """The address of the Connect server's Spark UI."""
-    return f"http://127.0.0.1:{free_port()}"
+def server(server_log):
+    """The URL of a Spark Connect server with memphis, started as a user would start it (its UI on)."""
+    yield from serving(server_log, "spark.ui.enabled=true", "spark.ui.port=0")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, server_ui):
-    """The URL of a Spark Connect server with memphis, started as a user would start it (its UI on, at server_ui)."""
-    yield from serving(tmp_path_factory.mktemp("connect") / "server.log", "spark.ui.enabled=true",
-                       f"spark.ui.port={server_ui.rsplit(':', 1)[1]}")
+def server_ui(server, server_log):
+    """The address of the Connect server's Spark UI: the port Spark bound, from the server's log."""
+    port = re.search(r"started service 'SparkUI' on port (\d+)", server_log.read_text()).group(1)
+    return f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +49,11 @@ def durable_server(tmp_path_factory):
 
 def serving(log, *confs):
     """Starts a Spark Connect server with memphis and these confs, logging to `log`; yields its URL, then stops it."""
-    port = free_port()
+    # Port 0 here and for the UI: the server binds free ports itself. Ports picked by the tests could be
+    # taken by another test worker's server before this one binds them.
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [MEMPHIS, "connect-server", "--port", str(port), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+            [MEMPHIS, "connect-server", "--port", "0", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
              "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.sql.shuffle.partitions=4"] +
             [arg for conf in confs for arg in ("--conf", conf)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -64,7 +63,7 @@ def serving(log, *confs):
             assert process.poll() is None, f"the server exited: {log.read_text()[-3000:]}"
             assert time.time() < deadline, f"the server did not start: {log.read_text()[-3000:]}"
             time.sleep(1)
-        yield f"sc://127.0.0.1:{port}"
+        yield "sc://127.0.0.1:" + re.search(r"Spark Connect server started at: \S*:(\d+)", log.read_text()).group(1)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)

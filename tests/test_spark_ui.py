@@ -4,8 +4,8 @@ subplans, and in pyspark's own History Server replaying that session's event log
 import html.parser
 import json
 import os
+import re
 import shutil
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -24,12 +24,6 @@ ARTIFACTS = os.path.join(ROOT, "build", "test-artifacts")
 # Rows of memphis_stats() that are measured each time they are read, not counted: the page shows the
 # value of the last state memphis posted, memphis_stats() the value now.
 GAUGES = {"driver_heap_used_bytes", "local_disk_budget_bytes"}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def browse(url, tmp_path, screenshot=None):
@@ -159,13 +153,15 @@ class App:
         self.tmp_path = tmp_path
         self.events = tmp_path / "events"
         self.events.mkdir()
-        self.port = free_port()
         self.filter_classes = user_filter(tmp_path)
         self.spark = memphis.session("local[2]", app_name="memphis-ui-tests", **{
-            **TEST_CONFS, "spark.ui.enabled": "true", "spark.ui.port": str(self.port),
+            **TEST_CONFS, "spark.ui.enabled": "true", "spark.ui.port": "0",
             "spark.ui.showConsoleProgress": "false", **ACLS,
             **driver_class_path(self.filter_classes), "spark.ui.filters": "UrlUserFilter",
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(self.events)})
+        # Port 0: Spark binds a free port itself. A port picked here could be taken by another test
+        # worker's Spark UI before Spark binds it, and Spark would move on to the next one.
+        self.port = int(self.spark.sparkContext.uiWebUrl.rsplit(":", 1)[1])
         self.app_id = self.spark.sparkContext.applicationId
         self.owner = self.spark.sparkContext.sparkUser()
         path = sales(self.spark, str(tmp_path / "sales"))
@@ -308,26 +304,28 @@ def history_server(app, tmp_path_factory):
     app.stop()
     home = os.path.dirname(os.path.abspath(pyspark.__file__))
     work = tmp_path_factory.mktemp("history")
-    port = free_port()
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOG_DIR=str(work / "logs"), SPARK_PID_DIR=str(work / "pid"),
-               SPARK_IDENT_STRING=f"memphis-tests-{port}",
+               SPARK_IDENT_STRING=f"memphis-tests-{os.getpid()}",
                SPARK_DAEMON_CLASSPATH=os.pathsep.join([jar_path(), app.filter_classes]),
                JAVA_HOME=os.path.dirname(os.path.dirname(os.path.realpath(java_executable()))),
                SPARK_HISTORY_OPTS=f"-Dspark.history.fs.logDirectory=file:{app.events} "
-                                  f"-Dspark.history.ui.port={port} -Dspark.ui.host=127.0.0.1 "
+                                  "-Dspark.history.ui.port=0 -Dspark.ui.host=127.0.0.1 "
                                   "-Dspark.ui.filters=UrlUserFilter -Dspark.history.ui.acls.enable=true")
     subprocess.run(["bash", os.path.join(home, "sbin", "start-history-server.sh")], env=env, check=True,
                    capture_output=True, timeout=60)
-    url = f"http://127.0.0.1:{port}"
+    log = next((work / "logs").glob("*.out"))
 
-    def listed():
+    def listed(url):
         try:
             with urllib.request.urlopen(f"{url}/api/v1/applications", timeout=5) as r:
                 return any(a["id"] == app.app_id for a in json.load(r))
         except OSError:
             return False
     try:
-        assert eventually(listed, seconds=60), open(next((work / "logs").glob("*.out"))).read()[-3000:]
+        # The port it bound (0 above: its own pick, as for the live UI), from its log.
+        assert eventually(lambda: "Bound HistoryServer" in log.read_text(), seconds=60), log.read_text()[-3000:]
+        url = "http://127.0.0.1:" + re.search(r"Bound HistoryServer .*:(\d+)", log.read_text()).group(1)
+        assert eventually(lambda: listed(url), seconds=60), log.read_text()[-3000:]
         yield url
     finally:
         subprocess.run(["bash", os.path.join(home, "sbin", "stop-history-server.sh")], env=env,
