@@ -4,7 +4,7 @@ import java.util.concurrent.atomic.AtomicLong
 
 import scala.collection.mutable
 
-import io.memphis.lineage.LineageKey
+import io.memphis.lineage.{HeldKeys, LineageKey}
 import org.apache.spark.sql.execution.SparkPlan
 import org.apache.spark.sql.memphis.PhysicalPlans
 
@@ -12,12 +12,13 @@ import org.apache.spark.sql.memphis.PhysicalPlans
  * The lineage cache's entries: by id (key hash, and user unless shared), by cached RDD, the kept
  * shuffles of first occurrences, the recent aggregates persisting ahead looks at, and what the
  * entries take on the driver heap. `shared`: whether an entry serves every user's queries, or only
- * those of the user whose query produced it.
+ * those of the user whose query produced it. `keys`: where the entries' keys are held, each distinct
+ * node once (shared with the kept results').
  *
  * Its lock is the lineage cache's one lock: every piece of the cache (storage tracking, eviction,
  * the slower-query guard) changes its own state and the entries' fields only under it.
  */
-final class EntryTable(val shared: Boolean, val recentSize: Int) {
+final class EntryTable(val shared: Boolean, val recentSize: Int, keys: HeldKeys = new HeldKeys) {
   // Invariant: `entries`, `byRdd`, `retaining`, `recent`, `recentlyDue`, `recentPersists` and `queries` change only under this object's lock,
   // together with the entries' own fields; an entry is in `byRdd` only while it holds a cached
   // relation (to-persist or materialized) whose RDD Spark has built.
@@ -66,11 +67,11 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
   /** `e` is due now, on its `e.occurrences`-th occurrence. */
   def due(e: CacheEntry): Unit = recentlyDue.add(EntryTable.Due(e, e.occurrences, queries))
   /**
-   * Bytes of the entries and their keys on the driver heap, approximately. A running sum, read
-   * without the lock: the broadcast rule reads it while Spark plans a cached relation under that
-   * relation's own lock, which an uncache under this lock also takes.
+   * How many entries there are, read without the lock with the keys' bytes ([[structureBytes]]): the
+   * broadcast rule reads them while Spark plans a cached relation under that relation's own lock,
+   * which an uncache under this lock also takes.
    */
-  private val structures = new AtomicLong
+  private val count = new AtomicLong
 
   def locked[T](f: => T): T = synchronized(f)
 
@@ -89,7 +90,8 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
 
   def heldBytes: Long = synchronized(holding.map(_.sizeBytes).sum)
 
-  def structureBytes: Long = structures.get
+  /** Bytes of the entries and of the keys held (the kept results' too) on the driver heap, approximately. */
+  def structureBytes: Long = EntryTable.EntryBytes * count.get + keys.bytes
 
   /** The entry whose cached relation's RDD this is, once adopted. */
   def byRddId(rddId: Int): Option[CacheEntry] = byRdd.get(rddId)
@@ -108,15 +110,18 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
    * a bounded number, oldest out.
    */
   def remember(id: String, key: LineageKey, user: String, now: Long): CacheEntry = {
-    val e = new CacheEntry(id, key, user, now)
-    entries(e.id) = e
-    structures.addAndGet(EntryTable.structureBytes(e))
+    val e = new CacheEntry(id, keys.hold(key), user, now)
+    entries.put(e.id, e) match {
+      case Some(replaced) => keys.release(replaced.key)
+      case None => count.incrementAndGet()
+    }
     val remembered = entries.values.filterNot(e => EntryState.Holding.contains(e.state))
     if (remembered.size > EntryTable.MaxRemembered) {
       val oldest = remembered.minBy(_.lastAccess)
       dropShuffles(oldest)
       entries.remove(oldest.id)
-      structures.addAndGet(-EntryTable.structureBytes(oldest))
+      keys.release(oldest.key)
+      count.decrementAndGet()
     }
     e
   }
@@ -160,9 +165,12 @@ final class EntryTable(val shared: Boolean, val recentSize: Int) {
 
   /** Forgets every entry (after their relations were let go). */
   def clear(): Unit = {
-    entries.values.foreach(dropShuffles)
+    entries.values.foreach { e =>
+      dropShuffles(e)
+      keys.release(e.key)
+    }
     entries.clear()
-    structures.set(0)
+    count.set(0)
     recent.clear()
     recentlyDue.clear()
     recentPersists.clear()
@@ -187,8 +195,6 @@ object EntryTable {
   /** How many entries that hold nothing are remembered; each keeps only its key. */
   val MaxRemembered = 10000
 
-  /** Bytes of an entry's own fields on the driver heap, besides its key's text (measured order of magnitude). */
+  /** Bytes of an entry's own fields on the driver heap, besides its key (measured order of magnitude). */
   val EntryBytes = 1024L
-
-  private def structureBytes(e: CacheEntry): Long = EntryBytes + 2L * e.key.canonicalChars
 }

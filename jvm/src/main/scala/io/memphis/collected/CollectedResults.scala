@@ -5,7 +5,7 @@ import scala.collection.mutable
 import io.memphis.cache.{EvictionPolicy, Store}
 import io.memphis.conf.CacheStats
 import io.memphis.conf.CacheStats.Counter
-import io.memphis.lineage.{LineageKey, SourceFingerprint}
+import io.memphis.lineage.{HeldKeys, LineageKey, SourceFingerprint}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -14,8 +14,9 @@ import org.apache.spark.sql.types.DataType
 /**
  * The rows a query returned to the driver, standing for the subplan of `key` (registered as `id`:
  * the key's hash, and the user whose query collected them unless entries are shared across users).
- * `rows` are copies in the subplan's column order and `types`; `bytes` what they and the key take
- * on the heap; `costMs` what the query that collected them took.
+ * `rows` are copies in the subplan's column order and `types`; `bytes` what they and the result's
+ * own fields take on the heap (its key is held with memphis's entries' keys, see [[HeldKeys]]);
+ * `costMs` what the query that collected them took.
  */
 final class KeptResult(val id: String, val key: LineageKey, val types: Seq[DataType], val rows: IndexedSeq[InternalRow],
     val bytes: Long, val costMs: Long, var lastUse: Long) {
@@ -46,9 +47,10 @@ final case class KeepRequest(id: String, key: LineageKey, owner: String, ordinal
  * relation ([[CollectedResultRule]]). Bounded by the driver heap's budget less memphis's entries and
  * join broadcasts ([[io.memphis.reuse.MemoryAccounts]]); beyond it the one of least value per byte (the
  * collecting query's time × (1 + reads) / bytes) goes first, and under heap pressure by the same
- * order. A kept result over a source that a query reads with another fingerprint is let go.
+ * order. A kept result over a source that a query reads with another fingerprint is let go. Its key
+ * is held in `keys`, with the entries' (a query's result and its entry share one key).
  */
-final class CollectedResults(stats: CacheStats, scoped: (String, String) => String) extends Store[KeptResult] {
+final class CollectedResults(stats: CacheStats, scoped: (String, String) => String, keys: HeldKeys) extends Store[KeptResult] {
   // Invariant: `entries` (id -> kept result, least recently used first) changes only under this object's lock.
   private val entries = mutable.LinkedHashMap.empty[String, KeptResult]
 
@@ -98,14 +100,13 @@ final class CollectedResults(stats: CacheStats, scoped: (String, String) => Stri
    * Returns the result kept, if a new one is.
    */
   def offer(request: KeepRequest, rows: Array[InternalRow], budget: Long): Option[KeptResult] = {
-    val keyBytes = CollectedResults.keyBytes(request.key)
     // Too many rows, or (when they are the subplan's own) too many bytes: refused without a copy.
     val same = request.ordinals == request.types.indices &&
       rows.forall { case u: UnsafeRow => u.numFields == request.types.size; case _ => false }
-    val least = keyBytes + rows.length * CollectedResults.RowBytes +
+    val least = CollectedResults.EntryBytes + rows.length * CollectedResults.RowBytes +
       (if (same) rows.iterator.map(_.asInstanceOf[UnsafeRow].getSizeInBytes.toLong).sum else 0L)
     val kept = mutable.ArrayBuffer.empty[InternalRow]
-    var bytes = keyBytes
+    var bytes = CollectedResults.EntryBytes
     if (least <= request.maxBytes) {
       val project = UnsafeProjection.create(request.ordinals.zip(request.types).map { case (i, t) => BoundReference(i, t, true) })
       val all = rows.iterator
@@ -121,7 +122,7 @@ final class CollectedResults(stats: CacheStats, scoped: (String, String) => Stri
       None
     } else {
       val costMs = math.max(0L, System.currentTimeMillis() - request.plannedMs)
-      keep(new KeptResult(request.id, request.key, request.types, kept.toIndexedSeq, bytes, costMs, System.currentTimeMillis()),
+      keep(new KeptResult(request.id, keys.hold(request.key), request.types, kept.toIndexedSeq, bytes, costMs, System.currentTimeMillis()),
         budget, why)
     }
   }
@@ -133,17 +134,21 @@ final class CollectedResults(stats: CacheStats, scoped: (String, String) => Stri
    */
   def adopt(id: String, key: LineageKey, types: Seq[DataType], rows: IndexedSeq[InternalRow], costMs: Long,
       budget: Long): KeptResult = {
-    val bytes = CollectedResults.keyBytes(key) + rows.iterator.map(_.asInstanceOf[UnsafeRow].getSizeInBytes + CollectedResults.RowBytes).sum
-    val r = new KeptResult(id, key, types, rows, bytes, costMs, System.currentTimeMillis())
+    val bytes = CollectedResults.EntryBytes + rows.iterator.map(_.asInstanceOf[UnsafeRow].getSizeInBytes + CollectedResults.RowBytes).sum
+    val r = new KeptResult(id, keys.hold(key), types, rows, bytes, costMs, System.currentTimeMillis())
     keep(r, budget, s"result of ${key.hash} (${rows.size} rows, read from the durable tier)").getOrElse(r)
   }
 
-  /** Keeps `r` (`why`: what it is) unless its lineage is kept already or it exceeds `budget`; the others of least value per byte make room. */
+  /**
+   * Keeps `r` (`why`: what it is) unless its lineage is kept already or it exceeds `budget`; the others
+   * of least value per byte make room. Its key, held by the caller, is let go when it is not kept.
+   */
   private def keep(r: KeptResult, budget: Long, why: String): Option[KeptResult] = synchronized {
     val known = entries.get(r.id).filter(_.key.sameLineage(r.key))
     val others = entries.values.filterNot(o => known.exists(_ eq o)).toSeq
     if (r.bytes > budget) {
       stats.record(Counter.ResultsRefused, s"not kept: $why, ${r.bytes} bytes, more than the budget of $budget")
+      keys.release(r.key)
       None
     } else if (known.isEmpty) {
       entries.get(r.id).foreach(release(_, Counter.ResultsReleased, "replaced by a newer result of the same key"))
@@ -153,13 +158,17 @@ final class CollectedResults(stats: CacheStats, scoped: (String, String) => Stri
       order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget)
         .foreach(release(_, Counter.ResultsReleased, s"over the budget of $budget bytes (least value per byte)"))
       Some(r)
-    } else None
+    } else {
+      keys.release(r.key)
+      None
+    }
   }
 
   /** Lets go of `r`, counted as released; the plans that read it keep their own copy of the rows. */
   def release(r: KeptResult, counter: Counter.Value, why: String): Unit = synchronized {
     if (entries.get(r.id).exists(_ eq r)) {
       entries.remove(r.id)
+      keys.release(r.key)
       stats.record(counter, s"released the kept result of ${r.key.hash}: $why")
     }
   }
@@ -174,10 +183,7 @@ final class CollectedResults(stats: CacheStats, scoped: (String, String) => Stri
 }
 
 object CollectedResults {
-  /** What a kept result of `key` takes besides its rows. */
-  private def keyBytes(key: LineageKey): Long = EntryBytes + 2L * key.canonicalChars
-
-  /** What a kept result takes besides its rows and its key's canonical forms: its entry and the key's fields. */
+  /** What a kept result takes besides its rows and its key: its own fields and its entry in the map. */
   val EntryBytes = 1024L
 
   /** What a row takes besides its bytes: the row object and its array's header. */

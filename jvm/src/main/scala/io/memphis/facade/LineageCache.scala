@@ -10,7 +10,7 @@ import io.memphis.conf.{CacheStats, ConnectSessions, MemphisConf, MemphisEvents}
 import io.memphis.conf.CacheStats.Counter
 import io.memphis.durable.DurableTier
 import io.memphis.facade.LineageCache.Marks
-import io.memphis.lineage.{InlineCtes, LineageKey}
+import io.memphis.lineage.{HeldKeys, InlineCtes, LineageKey}
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
@@ -41,10 +41,12 @@ final class LineageCache private (val sparkContext: SparkContext) {
   val shareAcrossUsers: Boolean = MemphisConf.ShareAcrossUsers.parse(
     sparkContext.getConf.get(MemphisConf.ShareAcrossUsers.key, MemphisConf.ShareAcrossUsers.default)).contains(true)
 
-  private val table = new EntryTable(shareAcrossUsers, LineageCache.RecentAggregates)
+  /** The keys of the entries and of the kept results, each distinct node held once. */
+  private val keys = new HeldKeys
+  private val table = new EntryTable(shareAcrossUsers, LineageCache.RecentAggregates, keys)
   private val spark = new SparkCache
 
-  private val stores = new Stores(sparkContext, stats, shareAcrossUsers, scoped, storageBudgetBytes)
+  private val stores = new Stores(sparkContext, stats, shareAcrossUsers, scoped, storageBudgetBytes, keys)
   val checkpoints: Checkpoints = stores.checkpoints
   val broadcasts: JoinBroadcasts = stores.broadcasts
   val collected: CollectedResults = stores.collected

@@ -20,12 +20,10 @@ import org.apache.spark.sql.types.{StructField, StructType}
  * children's hashes. It is built only from content, so it is the same in every JVM. The canonical
  * forms are kept, so that a hit can be verified ([[sameLineage]]): a hash collision never serves
  * another plan's data. Sources are re-checked with [[sourcesUnchanged]] before a key is trusted.
+ * The keys memphis holds share their equal nodes ([[HeldKeys]]).
  */
 final case class LineageKey(hash: String, local: String, children: Seq[LineageKey],
     sources: Seq[SourceFingerprint], height: Int) {
-
-  /** Characters of the canonical forms in this key's tree: what it takes on the heap, besides fixed fields. */
-  lazy val canonicalChars: Long = local.length + children.map(_.canonicalChars).sum
 
   /** Equal hash and equal canonical forms all the way down. */
   def sameLineage(other: LineageKey): Boolean =

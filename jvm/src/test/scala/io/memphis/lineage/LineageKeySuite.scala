@@ -246,4 +246,36 @@ class LineageKeySuite extends AnyFunSuite with BeforeAndAfterAll {
     finally df.unpersist()
     assert(result(df.localCheckpoint()).left.exists(_.contains("LogicalRDD")))
   }
+
+  test("held keys: the nodes of equal lineage held once, until the last key holding them goes") {
+    val path = parquet("held_keys", 300)
+    val scan = () => spark.read.parquet(path).where("k > 2")
+    val (count, total) = (key(scan().groupBy("k").count()), key(scan().groupBy("k").agg(sum("id"))))
+    val again = key(scan().groupBy("k").count())
+    assert(again ne count)
+    def nodes(k: LineageKey): Seq[LineageKey] = k +: k.children.flatMap(nodes)
+    val keys = new HeldKeys
+    val heldCount = keys.hold(count)
+    val alone = keys.bytes
+    assert(alone == nodes(count).map(HeldKeys.nodeBytes).sum && keys.size == nodes(count).size)
+    // The same query again: the node held already, nothing more. Another aggregate of the same scan:
+    // only its own root counts; its filter and scan are the first key's.
+    assert(keys.hold(again) eq heldCount)
+    assert(keys.bytes == alone)
+    val heldTotal = keys.hold(total)
+    assert(heldTotal.sameLineage(total) && heldTotal.hash == total.hash)
+    assert(heldTotal.children.head eq heldCount.children.head)
+    assert(keys.bytes == alone + HeldKeys.nodeBytes(total))
+    // A key of a held hash and another lineage (a collision) is held apart, and let go alone.
+    val collision = total.copy(local = total.local + " ")
+    val apart = keys.hold(collision)
+    assert(apart ne heldTotal)
+    assert(keys.bytes == alone + HeldKeys.nodeBytes(total) + nodes(collision).map(HeldKeys.nodeBytes).sum)
+    keys.release(apart)
+    keys.release(heldCount)
+    keys.release(heldTotal)
+    assert(keys.bytes == alone && keys.size == nodes(count).size, "`again` still holds the first key")
+    keys.release(heldCount)
+    assert(keys.bytes == 0 && keys.size == 0)
+  }
 }

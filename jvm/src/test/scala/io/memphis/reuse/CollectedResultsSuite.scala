@@ -6,7 +6,7 @@ import io.memphis.LocalSessions
 import io.memphis.collected.{CollectedResult, CollectedResults, KeepRequest}
 import io.memphis.conf.{CacheStats, MemphisConf}
 import io.memphis.conf.CacheStats.Counter
-import io.memphis.lineage.{LineageKey, LocalContent}
+import io.memphis.lineage.{HeldKeys, LineageKey, LocalContent}
 import io.memphis.facade.LineageCache
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
@@ -187,11 +187,12 @@ class CollectedResultsSuite extends AnyFunSuite with LocalSessions {
     KeepRequest(k.hash, k, "ada", Seq(0), Types, maxBytes, planned)
 
   test("kept results: same lineage and types only; bounded by their budget, least value per byte first") {
-    val results = new CollectedResults(new CacheStats, (hash, _) => hash)
+    val keys = new HeldKeys
+    val results = new CollectedResults(new CacheStats, (hash, _) => hash, keys)
     val now = System.currentTimeMillis()
     results.offer(request(key("a"), planned = now - 5000), rows(10), budget = 1L << 20)
     results.offer(request(key("b"), planned = now - 10), rows(10), budget = 1L << 20)
-    assert(results.held == 2 && results.heldBytes > 0)
+    assert(results.held == 2 && results.heldBytes > 0 && keys.size == 2)
     val a = results.lookup(key("a").hash, key("a"), Types)
     assert(a.map(_.rows.size).contains(10))
     a.foreach(results.read)
@@ -204,7 +205,8 @@ class CollectedResultsSuite extends AnyFunSuite with LocalSessions {
     assert(results.retained.map(_.key.hash).toSet == Set(key("a").hash, key("c").hash))
     results.offer(request(key("d")), rows(10), budget = 100)
     assert(!results.retained.exists(_.key.hash == key("d").hash), "larger than the whole budget: refused")
+    assert(keys.size == 2, "the keys of the results let go, and of the one refused, are let go too")
     results.releaseAll("cleared")
-    assert(results.held == 0 && results.heldBytes == 0)
+    assert(results.held == 0 && results.heldBytes == 0 && keys.size == 0 && keys.bytes == 0)
   }
 }
