@@ -71,7 +71,7 @@ object HeldKeys {
     var holders = 1
   }
 
-  /** Bytes of a node's own objects besides its canonical text: the key, its hash, its lists (measured order of magnitude). */
+  /** Bytes of a node's own objects besides its canonical text, estimated: the key, its 32-character hash, its lists. */
   val NodeBytes = 256L
 
   /** A node's bytes: its objects and its canonical text (one byte a character while all are Latin-1, as the JVM stores it). */
