@@ -68,9 +68,10 @@ object Admission extends JoinSelectionHelper with PredicateHelper {
    * there that the subplan planned alone has not. The query then computes only part of the subplan
    * (an aggregate by year under a filter on the year), while persisting it computes the whole (every
    * year), so filling it costs its query more than its computation (TPC-DS' edited pass: Q11 and
-   * Q64 2.3–2.5× plain Spark's time filling an aggregate on its second occurrence, never read again). Null checks inferred from joins above and runtime
-   * filters (dynamic pruning, bloom filters) do not count: they are not the query's own. An input
-   * the optimized query no longer reads (a union branch its filter ruled out) counts.
+   * Q64 2.3–2.5× plain Spark's time filling an aggregate on its second occurrence, never read
+   * again). Null checks inferred from joins above and runtime filters (dynamic pruning, bloom
+   * filters) do not count: they are not the query's own. An input the optimized query no longer
+   * reads (a union branch its filter ruled out) counts.
    */
   def narrowingFilters(session: SparkSession, query: LogicalPlan): LogicalPlan => Seq[String] = {
     lazy val whole = filtersAtInputs(SparkShimImpl.optimize(session, query))
