@@ -98,11 +98,11 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/restart.py
 	$(PY) benchmarks/restart.py --workload demo
 	for memory in $(TPCH_DRIVER_MEMORY); do \
-		$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory $$memory --warmup \
+		$(PY) benchmarks/tpch_corpus.py --sf $(TPCH_SF) --driver-memory $$memory --warmup --plain-once \
 			--out $(RESULTS)/tpch_corpus_sf$(TPCH_SF)_$$memory.json || exit 1; done
-	$(PY) benchmarks/tpch_corpus.py --sf 1 --driver-memory 1g --warmup --out $(RESULTS)/tpch_corpus_sf1_1g.json
+	$(PY) benchmarks/tpch_corpus.py --sf 1 --driver-memory 1g --warmup --plain-once --out $(RESULTS)/tpch_corpus_sf1_1g.json
 	for sf in $(TPCDS_SF); do \
-		$(PY) benchmarks/tpcds_corpus.py --sf $$sf --driver-memory 1g --shuffle-partitions 8 --warmup \
+		$(PY) benchmarks/tpcds_corpus.py --sf $$sf --driver-memory 1g --shuffle-partitions 8 --warmup --plain-once \
 			--out $(RESULTS)/tpcds_corpus_sf$${sf}_1g.json || exit 1; done
 	$(PY) docs/generate.py  # docs/benchmarks.md's results section from the files just written
 
