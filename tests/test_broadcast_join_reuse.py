@@ -23,6 +23,15 @@ def tables(spark, root, partitioned=False):
     return fact, dim
 
 
+def other_dimensions(spark, root, count, name):
+    """Dimensions of the same shape as `dim`, other rows: broadcasts of about its size."""
+    paths = [os.path.join(root, f"{name}{n}") for n in range(count)]
+    for n, path in enumerate(paths):
+        (spark.range(200).selectExpr(f"id + {n + 1} AS d", "id % 10 AS g", f"concat('{name}', id) AS name")
+         .repartition(2).write.parquet(path))
+    return paths
+
+
 def query(spark, fact, dim, i):
     """The same broadcast dimension under a different fact filter and aggregate each time (so that no
     cached subplan serves the join: only its broadcast recurs)."""
@@ -112,11 +121,7 @@ def test_dynamic_partition_pruning_keeps_working(adaptive, tmp_path):
 def test_broadcasts_are_bounded_by_their_budget(fresh, tmp_path):
     spark = fresh
     fact, dim = tables(spark, str(tmp_path))
-    # Dimensions of the same shape as `dim`, other rows: broadcasts of about its size.
-    others = [str(tmp_path / f"other{n}") for n in range(2)]
-    for n, other in enumerate(others):
-        (spark.range(200).selectExpr(f"id + {n + 1} AS d", "id % 10 AS g", "concat('other', id) AS name")
-         .repartition(2).write.parquet(other))
+    others = other_dimensions(spark, str(tmp_path), 2, "other")
     try:
         spark.conf.set("spark.memphis.broadcast.joinMaxBytes", "1k")  # smaller than any broadcast
         registered = counters(spark)[0]
@@ -183,3 +188,47 @@ def test_a_kept_result_takes_the_room_of_a_broadcast_worth_less_per_byte(fresh, 
         assert jobs == 0, "served from the kept rows"
     finally:
         spark.conf.unset("spark.memphis.driver.heapFraction")
+
+
+def test_keeping_broadcasts_stops_while_those_kept_go_unread_and_resumes_when_they_recur(fresh, tmp_path):
+    """A notebook whose queries moved on (other years) builds a broadcast a second time and never a third:
+    kept, it fills the driver heap and is never read. Once the broadcasts kept went unread, one built again
+    is held back; once those held back are built again, keeping pays again."""
+    spark = fresh
+    fact, _ = tables(spark, str(tmp_path))
+    dims = other_dimensions(spark, str(tmp_path), 7, "dim")
+    asked = iter(range(1000))
+
+    def ask(path):
+        """A query no earlier one answers (its own fact filter) that builds `path`'s broadcast, or reads it."""
+        i = next(asked)
+        facts = spark.read.parquet(fact).where(F.col("id") != i)
+        return sorted(facts.join(F.broadcast(spark.read.parquet(path)), "d").groupBy("g").agg(F.sum("v")).collect())
+
+    def not_kept():
+        return memphis.stats(spark)["refused_not_recurring"]
+
+    # Each dimension built once (none recurs yet: seen), then each a second time (kept), never read again.
+    registered = counters(spark)[0]
+    for path in dims[:6] + dims[:6]:
+        ask(path)
+    assert counters(spark)[0] == registered + 6
+    held, refused = memphis.stats(spark)["bytes_held_join_broadcasts"], not_kept()
+    for _ in range(8):  # the bets settle: none of the six was read
+        spark.range(10).count()
+
+    answers = [ask(dims[6]), ask(dims[6])]
+    assert counters(spark)[0] == registered + 6 and not_kept() == refused + 2, "held back, built again"
+    assert memphis.stats(spark)["bytes_held_join_broadcasts"] == held
+
+    # Each build of the held-back broadcast pays the bet before it; once half of the bets paid, it is kept and read.
+    for _ in range(8):
+        answers.append(ask(dims[6]))
+        if counters(spark)[0] > registered + 6:
+            break
+    assert counters(spark)[0] == registered + 7
+    reused = counters(spark)[1]
+    answers.append(ask(dims[6]))
+    assert counters(spark)[1] == reused + 1
+    asked = iter(range(12, 1000))
+    assert answers == memphis_off(spark, lambda: [ask(dims[6]) for _ in answers])

@@ -72,6 +72,11 @@ class AdmissionSuite extends AnyFunSuite with LocalSessions {
     assert(estimate("SELECT a.k, v, x FROM a CROSS JOIN b") == a * b)
     // Spark's own estimate makes the key join a product too: the reason for memphis's own.
     assert(SparkShimImpl.optimize(spark, analyzed(spark, "SELECT a.k, v, x FROM a JOIN b ON a.k = b.k")).stats.sizeInBytes > (a + b) * 1000)
+    // A scan of Parquet files: their bytes, as Spark estimates them, times what Spark's column batches take more.
+    val dir = java.nio.file.Files.createTempDirectory("memphis-estimate").resolve("t").toString
+    spark.range(0, 20000).selectExpr("id % 7 AS k", "id AS v").write.parquet(dir)
+    val files = new java.io.File(dir).listFiles().filter(_.getName.endsWith(".parquet")).map(_.length).sum
+    assert(estimate(s"SELECT k, v FROM parquet.`$dir`") == BigInt(files) * Admission.ColumnarFileExpansion)
   }
 
   test("comma joins repeated: answers as plain Spark's, no condition-less join cached, refusals counted") {

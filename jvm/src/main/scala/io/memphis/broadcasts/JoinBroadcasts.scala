@@ -41,7 +41,11 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
  *
  * Kept on its second build, or on its first when the session's recent broadcasts recurred
  * ([[RecentRecurrence]]): a broadcast is held on the driver heap, which is not the place for one-off
- * build sides. Bounded by the driver heap's budget for join broadcasts ([[io.memphis.reuse.MemoryAccounts]],
+ * build sides. Either is kept only while keeping pays ([[RecentRecurrence.pays]] of the recent bets:
+ * at least half of the broadcasts kept were read again, or of those held back were built again): in
+ * a notebook whose queries changed (other years) a broadcast built a second time is often never read
+ * a third (TPC-DS' edited pass at e35ed99: 158 kept, 7 reads), and it takes the heap's room for
+ * nothing. Bounded by the driver heap's budget for join broadcasts ([[io.memphis.reuse.MemoryAccounts]],
  * capped by `spark.memphis.broadcast.joinMaxBytes`); one larger than half of it is not kept, and
  * beyond it the one of least value per byte (build time × (1 + reads) / bytes) goes first. Letting go
  * unpersists, never destroys: a DataFrame that planned the broadcast (the query that built it, run
@@ -52,13 +56,18 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
 final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareAcrossUsers: Boolean)
     extends Store[RetainedBroadcast] {
   // Invariant: `entries` ((identity, scope) -> entry, least recently used first), `expected`, `built`,
-  // `recent` and `budget` change only under this object's lock.
+  // `recent`, `bets`, `ended` and `budget` change only under this object's lock.
   private val entries = mutable.LinkedHashMap.empty[(SparkPlan, String), RetainedBroadcast]
   /** Key hashes of broadcasts planned and not registered yet (their query may have just ended). */
   private val expected = mutable.LinkedHashSet.empty[String]
   /** How often each broadcast (key hash, scope) was built, for the most recent [[JoinBroadcasts.MaxExpected]]. */
   private val built = mutable.LinkedHashMap.empty[(String, String), Int]
   private val recent = new RecentRecurrence[(String, String)](JoinBroadcasts.RecentBroadcasts, built.getOrElse(_, 0) > 1)
+  /** SQL executions ended: a bet is judged once it paid or [[JoinBroadcasts.BetSettlesAfter]] of them ended since. */
+  private var ended = 0L
+  /** The broadcasts kept, and those held back as keeping did not pay, newest last: whether they paid. */
+  private val bets = new RecentRecurrence[JoinBroadcasts.Bet](JoinBroadcasts.RecentBroadcasts,
+    b => b.kept.fold(built.getOrElse(b.id, 0) > b.builds)(_.uses > 0), b => ended - b.ended >= JoinBroadcasts.BetSettlesAfter)
   /** Bytes the registry may hold: from the latest session that planned a broadcast; none until one did. */
   private var budget = 0L
 
@@ -127,7 +136,10 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
    */
   def executionEnded(end: SparkListenerSQLExecutionEnd, budgetNow: Option[Long], crowded: Option[String]): Unit =
     try {
-      budgetNow.foreach(b => synchronized { budget = b })
+      synchronized {
+        ended += 1
+        budgetNow.foreach(budget = _)
+      }
       PhysicalPlans.builtBroadcasts(end).foreach { built =>
         PhysicalPlans.broadcastExchange(built).getTagValue(JoinBroadcasts.KeyTag).foreach(register(built, _, crowded))
       }
@@ -160,9 +172,15 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
       } else if (bytes > budget * Admission.MaxShare) {
         stats.record(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed its share " +
           s"(${Admission.MaxShare} of the budget of $budget)")
+      } else if (!RecentRecurrence.pays(bets.judged)) {
+        bets.add(JoinBroadcasts.Bet(None, id, builds, ended))
+        stats.record(Counter.RefusedNotRecurring, s"not keeping broadcast ${key.hash} (${likely.get}): fewer than " +
+          "half of the last broadcasts kept were read again, or of those held back built again")
       } else {
-        entries(identity -> planned.scope) = new RetainedBroadcast(identity, planned.scope, key, plan, bytes,
-          PhysicalPlans.broadcastCostMs(plan), System.currentTimeMillis())
+        val kept = new RetainedBroadcast(identity, planned.scope, key, plan, bytes, PhysicalPlans.broadcastCostMs(plan),
+          System.currentTimeMillis())
+        entries(identity -> planned.scope) = kept
+        bets.add(JoinBroadcasts.Bet(Some(kept), id, builds, ended))
         stats.record(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes, ${likely.get})")
         val order = entries.values.toSeq.sortBy(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.lastUse))
         order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget).foreach { r =>
@@ -192,6 +210,7 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
     expected.clear()
     built.clear()
     recent.clear()
+    bets.clear()
   }
 }
 
@@ -207,6 +226,15 @@ object JoinBroadcasts {
 
   /** How many recent first builds decide whether the next is kept at once ([[RecentRecurrence]]). */
   val RecentBroadcasts = 16
+
+  /**
+   * A bet on a broadcast's next build: `kept` (paid once read), or held back (paid once built again,
+   * more than its `builds` then), as `id` (key hash, scope), when `ended` SQL executions had ended.
+   */
+  final case class Bet(kept: Option[RetainedBroadcast], id: (String, String), builds: Int, ended: Long)
+
+  /** SQL executions after which a bet not paid yet counts as not paying. */
+  val BetSettlesAfter = 8
 
   /** Longest wait for Spark's listeners before planning a broadcast without reuse. */
   val ListenerWaitMs = 2000L

@@ -9,6 +9,7 @@ import org.apache.spark.sql.catalyst.optimizer.JoinSelectionHelper
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
 import org.apache.spark.sql.catalyst.plans.{Cross, ExistenceJoin, Inner, LeftAnti, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.memphis.SparkShimImpl
 
@@ -37,6 +38,15 @@ import org.apache.spark.sql.memphis.SparkShimImpl
 object Admission extends JoinSelectionHelper with PredicateHelper {
   /** The most of the storage memory memphis may use that one entry may be expected to take. */
   val MaxShare = 0.5
+
+  /**
+   * How many times its files' bytes a scan of columnar files (Parquet, Delta's Parquet, ORC) takes in
+   * a cached relation: Spark estimates a scan as its files' size, compressed and dictionary-encoded,
+   * while a cached relation holds Spark's own column batches. TPC-DS at sf 1: a subplan over
+   * catalog and store sales with their returns, estimated at 116 MB, stored 418 MB (3.6×) and took
+   * 18 s to fill, for a query plain Spark answers in 1.4 s.
+   */
+  val ColumnarFileExpansion = 4
 
   /** Either the refusal (its counter and why) or the estimated output in bytes. */
   def verdict(session: SparkSession, subplan: LogicalPlan, budgetBytes: Long,
@@ -122,9 +132,11 @@ object Admission extends JoinSelectionHelper with PredicateHelper {
    * a join on equal keys is estimated as its two sides together (a key join's rows are at most its
    * larger side's, each as wide as both), a semi or anti join as its left side, and only a join
    * without equal keys as the product. Leaves, limits and grouping-free aggregates keep Spark's
-   * estimate; grouping sets multiply their input; every other operator outputs at most its inputs.
+   * estimate (a scan of columnar files times [[ColumnarFileExpansion]]); grouping sets multiply their
+   * input; every other operator outputs at most its inputs.
    */
   def estimatedBytes(plan: LogicalPlan): BigInt = plan match {
+    case l: LogicalRelation if columnarFiles(l) => l.stats.sizeInBytes * ColumnarFileExpansion
     case _: LeafNode => plan.stats.sizeInBytes
     case j: Join =>
       val (left, right) = (estimatedBytes(j.left), estimatedBytes(j.right))
@@ -137,5 +149,10 @@ object Admission extends JoinSelectionHelper with PredicateHelper {
     case _: GlobalLimit | _: LocalLimit => plan.stats.sizeInBytes.min(plan.children.map(estimatedBytes).sum)
     case e: Expand => estimatedBytes(e.child) * e.projections.size
     case other => other.children.map(estimatedBytes).sum
+  }
+
+  private def columnarFiles(scan: LogicalRelation): Boolean = scan.relation match {
+    case fs: HadoopFsRelation => Seq("Parquet", "Orc").exists(fs.fileFormat.getClass.getSimpleName.contains)
+    case _ => false
   }
 }
