@@ -56,18 +56,23 @@ final case class PlannedBroadcast(key: LineageKey, scope: String)
 final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareAcrossUsers: Boolean)
     extends Store[RetainedBroadcast] {
   // Invariant: `entries` ((identity, scope) -> entry, least recently used first), `expected`, `built`,
-  // `recent`, `bets`, `ended` and `budget` change only under this object's lock.
+  // `reads`, `recent`, `bets`, `ended` and `budget` change only under this object's lock.
   private val entries = mutable.LinkedHashMap.empty[(SparkPlan, String), RetainedBroadcast]
   /** Key hashes of broadcasts planned and not registered yet (their query may have just ended). */
   private val expected = mutable.LinkedHashSet.empty[String]
   /** How often each broadcast (key hash, scope) was built, for the most recent [[JoinBroadcasts.MaxExpected]]. */
   private val built = mutable.LinkedHashMap.empty[(String, String), Int]
+  /** How often each kept broadcast (key hash, scope) was read, for the most recent [[JoinBroadcasts.MaxExpected]]. */
+  private val reads = mutable.LinkedHashMap.empty[(String, String), Int]
   private val recent = new RecentRecurrence[(String, String)](JoinBroadcasts.RecentBroadcasts, built.getOrElse(_, 0) > 1)
   /** SQL executions ended: a bet is judged once it paid or [[JoinBroadcasts.BetSettlesAfter]] of them ended since. */
   private var ended = 0L
-  /** The broadcasts kept, and those held back as keeping did not pay, newest last: whether they paid. */
+  /**
+   * The broadcasts kept, and those held back as keeping did not pay, newest last: whether they paid.
+   * By their ids' counts, not the broadcasts: a bet must not keep a released broadcast's plan alive.
+   */
   private val bets = new RecentRecurrence[JoinBroadcasts.Bet](JoinBroadcasts.RecentBroadcasts,
-    b => b.kept.fold(built.getOrElse(b.id, 0) > b.builds)(_.uses > 0), b => ended - b.ended >= JoinBroadcasts.BetSettlesAfter)
+    b => (if (b.kept) reads else built).getOrElse(b.id, 0) > b.mark, b => ended - b.ended >= JoinBroadcasts.BetSettlesAfter)
   /** Bytes the registry may hold: from the latest session that planned a broadcast; none until one did. */
   private var budget = 0L
 
@@ -101,6 +106,7 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
           entries(identity -> scope) = r
           r.lastUse = System.currentTimeMillis()
           r.uses += 1
+          count(reads, key.hash -> scope)
           Some(r)
         }
       }
@@ -161,9 +167,7 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
     if (!known.exists(_.plan eq plan)) { // the same plan run again registers nothing new
       known.foreach(release(_, Counter.BroadcastsReleased, "replaced by a newer build of the same broadcast"))
       val id = key.hash -> planned.scope
-      val builds = built.remove(id).getOrElse(0) + 1
-      built(id) = builds
-      while (built.size > JoinBroadcasts.MaxExpected) built.remove(built.head._1)
+      val builds = count(built, id)
       val likely = if (builds > 1) Some(s"built $builds times") else recent.firstMet(id, "broadcasts built")
       if (likely.isEmpty) {
         stats.record(Counter.BroadcastsSeen, s"seen broadcast ${key.hash}: first build, kept if built again")
@@ -173,14 +177,13 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
         stats.record(Counter.Refused, s"no reuse of broadcast ${key.hash}: $bytes bytes exceed its share " +
           s"(${Admission.MaxShare} of the budget of $budget)")
       } else if (!RecentRecurrence.pays(bets.judged)) {
-        bets.add(JoinBroadcasts.Bet(None, id, builds, ended))
+        bets.add(JoinBroadcasts.Bet(id, kept = false, builds, ended))
         stats.record(Counter.RefusedNotRecurring, s"not keeping broadcast ${key.hash} (${likely.get}): fewer than " +
           "half of the last broadcasts kept were read again, or of those held back built again")
       } else {
-        val kept = new RetainedBroadcast(identity, planned.scope, key, plan, bytes, PhysicalPlans.broadcastCostMs(plan),
-          System.currentTimeMillis())
-        entries(identity -> planned.scope) = kept
-        bets.add(JoinBroadcasts.Bet(Some(kept), id, builds, ended))
+        entries(identity -> planned.scope) = new RetainedBroadcast(identity, planned.scope, key, plan, bytes,
+          PhysicalPlans.broadcastCostMs(plan), System.currentTimeMillis())
+        bets.add(JoinBroadcasts.Bet(id, kept = true, reads.getOrElse(id, 0), ended))
         stats.record(Counter.BroadcastsRegistered, s"registered broadcast ${key.hash} ($bytes bytes, ${likely.get})")
         val order = entries.values.toSeq.sortBy(r => (EvictionPolicy.valuePerByte(r.costMs, r.uses, r.bytes), r.lastUse))
         order.iterator.takeWhile(_ => entries.values.map(_.bytes).sum > budget).foreach { r =>
@@ -188,6 +191,14 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
         }
       }
     }
+  }
+
+  /** Counts one more of `id` in `counts` (the most recent [[JoinBroadcasts.MaxExpected]] kept); returns its count. */
+  private def count(counts: mutable.LinkedHashMap[(String, String), Int], id: (String, String)): Int = {
+    val n = counts.remove(id).getOrElse(0) + 1
+    counts(id) = n
+    while (counts.size > JoinBroadcasts.MaxExpected) counts.remove(counts.head._1)
+    n
   }
 
   /** Lets go of `r` (see the class comment: unpersisted, not destroyed), counted under `counter`. */
@@ -209,6 +220,7 @@ final class JoinBroadcasts(sparkContext: SparkContext, stats: CacheStats, shareA
     entries.values.toList.foreach(release(_, Counter.BroadcastsReleased, why))
     expected.clear()
     built.clear()
+    reads.clear()
     recent.clear()
     bets.clear()
   }
@@ -228,10 +240,10 @@ object JoinBroadcasts {
   val RecentBroadcasts = 16
 
   /**
-   * A bet on a broadcast's next build: `kept` (paid once read), or held back (paid once built again,
-   * more than its `builds` then), as `id` (key hash, scope), when `ended` SQL executions had ended.
+   * A bet on broadcast `id` (key hash, scope), made when `ended` SQL executions had ended: `kept`
+   * (paid once read more than `mark` times), or held back (paid once built more than `mark` times).
    */
-  final case class Bet(kept: Option[RetainedBroadcast], id: (String, String), builds: Int, ended: Long)
+  final case class Bet(id: (String, String), kept: Boolean, mark: Int, ended: Long)
 
   /** SQL executions after which a bet not paid yet counts as not paying. */
   val BetSettlesAfter = 8
